@@ -1,0 +1,55 @@
+#pragma once
+// Protobuf bodies over the bus.
+//
+//   WISP_ASSIGN_OR_RETURN(auto resp, bus::Call<v1::IssueResponse>(requester, subjects::kTokenIssue,
+//                                                                 req, 2s));
+//   // serving side:
+//   auto req = bus::ParseBody<v1::IssueRequest>(request);   // InvalidArgument when it does not parse
+//   if (!req.ok()) return bus::Reply::Error(req.status());
+//   return bus::ProtoReply(response);
+#include <chrono>
+#include <string_view>
+
+#include <google/protobuf/message_lite.h>
+
+#include "wisp/bus/bus.hpp"
+
+namespace wisp::bus {
+
+template <typename Resp>
+absl::StatusOr<Resp> Call(Requester& requester, std::string_view subject,
+                          const google::protobuf::MessageLite& request,
+                          std::chrono::milliseconds timeout, const Headers& headers = {}) {
+  std::string body;
+  if (!request.SerializeToString(&body)) {
+    return absl::InternalError("serializing " + request.GetTypeName());
+  }
+  auto reply = requester.Request(subject, body, timeout, headers);
+  if (!reply.ok()) return reply.status();
+  Resp resp;
+  if (!resp.ParseFromString(reply->data)) {
+    return absl::DataLossError("reply on " + std::string(subject) + " is not a valid " +
+                               resp.GetTypeName());
+  }
+  return resp;
+}
+
+template <typename Req>
+absl::StatusOr<Req> ParseBody(const Request& request) {
+  Req req;
+  if (!req.ParseFromString(request.msg.data)) {
+    return absl::InvalidArgumentError("body on " + request.msg.subject + " is not a valid " +
+                                      req.GetTypeName());
+  }
+  return req;
+}
+
+inline Reply ProtoReply(const google::protobuf::MessageLite& message) {
+  Reply reply;
+  if (!message.SerializeToString(&reply.data)) {
+    reply.status = absl::InternalError("serializing " + message.GetTypeName());
+  }
+  return reply;
+}
+
+}  // namespace wisp::bus
