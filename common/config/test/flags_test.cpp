@@ -1,0 +1,130 @@
+#include "wisp/config/flags.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+namespace wisp::config {
+namespace {
+
+struct Settings {
+  std::string url = "nats://127.0.0.1:4222";
+  int64_t workers = 2;
+  bool dry = false;
+  std::chrono::milliseconds period = std::chrono::hours(24);
+  std::string mode = "closed";
+};
+
+void Declare(Flags& flags, Settings& s) {
+  flags.String("nats-url", &s.url, "NATS URLs");
+  flags.Int("workers", &s.workers, "worker threads",
+            [](int64_t n) { return n > 0 ? absl::OkStatus() : absl::InvalidArgumentError("must be positive"); });
+  flags.Bool("dry-run", &s.dry, "change nothing");
+  flags.Duration("key-rotation-period", &s.period, "rotation");
+  flags.Enum("failure-mode", &s.mode, {"closed", "open"}, "what to answer when the bus is down");
+}
+
+absl::Status ParseArgs(Flags& flags, std::vector<const char*> args) {
+  args.insert(args.begin(), "prog");
+  return flags.Parse(static_cast<int>(args.size()), args.data());
+}
+
+// Tests that flags set values in both --name value and --name=value forms.
+TEST(FlagsTest, ParsesFlags) {
+  Settings s;
+  Flags flags("prog", "test");
+  Declare(flags, s);
+  ASSERT_TRUE(ParseArgs(flags, {"--nats-url=nats://a:1", "--workers", "8", "--dry-run",
+                                "--key-rotation-period", "1h30m", "--failure-mode", "open", "extra"})
+                  .ok());
+  EXPECT_EQ(s.url, "nats://a:1");
+  EXPECT_EQ(s.workers, 8);
+  EXPECT_TRUE(s.dry);
+  EXPECT_EQ(s.period, std::chrono::minutes(90));
+  EXPECT_EQ(s.mode, "open");
+  EXPECT_EQ(flags.Positional(), std::vector<std::string>{"extra"});
+}
+
+// Tests that each bad value is rejected with one message naming the setting.
+TEST(FlagsTest, RejectsBadValuesNamingTheSetting) {
+  struct Case { std::vector<const char*> args; std::string want; };
+  std::vector<Case> cases = {
+      {{"--workers", "abc"}, "--workers: \"abc\" is not an integer"},
+      {{"--workers", "0"}, "--workers: must be positive"},
+      {{"--key-rotation-period", "5x"}, "--key-rotation-period: \"5x\" has unknown unit"},
+      {{"--failure-mode", "maybe"}, "--failure-mode: \"maybe\" is not one of closed, open"},
+      {{"--bogus"}, "--bogus: unknown flag"},
+      {{"--nats-url"}, "--nats-url: needs a value"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.want);
+    Settings s;
+    Flags flags("prog", "test");
+    Declare(flags, s);
+    auto st = ParseArgs(flags, c.args);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(st.message()).rfind(c.want, 0), 0u) << st.message();
+  }
+}
+
+// Tests that flags beat the environment, which beats the YAML file, which beats the default.
+TEST(FlagsTest, PrecedenceFlagEnvFileDefault) {
+  const std::string file = testing::TempDir() + "/flags_test.yaml";
+  std::ofstream(file) << "nats-url: nats://file:1\nworkers: 3\nfailure-mode: open\n";
+  setenv("WISP_WORKERS", "5", 1);
+  Settings s;
+  Flags flags("prog", "test");
+  Declare(flags, s);
+  ASSERT_TRUE(ParseArgs(flags, {"--config", file.c_str(), "--failure-mode", "closed"}).ok());
+  unsetenv("WISP_WORKERS");
+  EXPECT_EQ(s.url, "nats://file:1");   // file
+  EXPECT_EQ(s.workers, 5);             // env over file
+  EXPECT_EQ(s.mode, "closed");         // flag over file
+  EXPECT_FALSE(s.dry);                 // default
+}
+
+// Tests that an unknown key or bad value in the file names the file and key.
+TEST(FlagsTest, RejectsBadFile) {
+  const std::string file = testing::TempDir() + "/flags_bad.yaml";
+  std::ofstream(file) << "workers: many\n";
+  Settings s;
+  Flags flags("prog", "test");
+  Declare(flags, s);
+  auto st = ParseArgs(flags, {"--config", file.c_str()});
+  EXPECT_NE(std::string(st.message()).find("workers: \"many\" is not an integer"), std::string::npos)
+      << st.message();
+  std::ofstream(file) << "colour: blue\n";
+  Flags again("prog", "test");
+  Declare(again, s);
+  st = ParseArgs(again, {"--config", file.c_str()});
+  EXPECT_NE(std::string(st.message()).find("unknown setting \"colour\""), std::string::npos);
+}
+
+// Tests that --help documents every setting with its environment variable and default.
+TEST(FlagsTest, HelpDocumentsEverySetting) {
+  Settings s;
+  Flags flags("prog", "test");
+  Declare(flags, s);
+  ASSERT_TRUE(ParseArgs(flags, {"--help"}).ok());
+  EXPECT_TRUE(flags.HelpRequested());
+  const std::string help = flags.Help();
+  for (const char* want : {"--nats-url VALUE", "WISP_NATS_URL", "--key-rotation-period DURATION",
+                           "default \"24h\"", "--failure-mode closed|open", "EXIT STATUS"}) {
+    EXPECT_NE(help.find(want), std::string::npos) << want;
+  }
+}
+
+// Tests the Go-style duration grammar.
+TEST(FlagsTest, Durations) {
+  EXPECT_EQ(*ParseDuration("250ms"), std::chrono::milliseconds(250));
+  EXPECT_EQ(*ParseDuration("30"), std::chrono::seconds(30));
+  EXPECT_EQ(*ParseDuration("1h30m"), std::chrono::minutes(90));
+  EXPECT_FALSE(ParseDuration("").ok());
+  EXPECT_FALSE(ParseDuration("h").ok());
+  EXPECT_EQ(FormatDuration(std::chrono::minutes(90)), "1h30m");
+  EXPECT_EQ(FormatDuration(std::chrono::milliseconds(1500)), "1500ms");
+}
+
+}  // namespace
+}  // namespace wisp::config

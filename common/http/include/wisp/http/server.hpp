@@ -1,0 +1,92 @@
+#pragma once
+// HTTP(S) serving for the gateway, the metrics endpoints and the sidecar's unix socket.
+//
+// Contract:
+//   - Handlers are synchronous: Response(const Request&). They run on the server's worker threads
+//     (ServerOptions::threads); a handler may block (a bus request) without stalling accept.
+//   - Bodies are read raw into Request::body, at most max_body_bytes (413 beyond, with a JSON
+//     error); request line + headers at most 64 KiB; slow clients time out (read_timeout).
+//   - TLS when cert_file/key_file are set: TLS 1.2 minimum; the files are re-read when they change
+//     (checked at most every cert_reload_interval), so rotated certificates need no restart.
+//   - unix_socket set: serve plain HTTP on that path (stale socket removed, mode socket_mode).
+//   - An unknown path is 404, a known path with another method 405, both with a JSON error body.
+//
+// Example:
+//   auto server = http::Server::Create({.port = 8443, .cert_file = c, .key_file = k});
+//   (*server)->Handle("POST", "/mutate", [&](const http::Request& r) { return admission.Mutate(r); });
+//   WISP_RETURN_IF_ERROR((*server)->Start());
+//   ... (*server)->Stop();
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wisp/status/status.hpp"
+
+namespace wisp::http {
+
+struct Request {
+  std::string method;
+  std::string target;  // as sent: path?query
+  std::string path;
+  std::string query;
+  std::map<std::string, std::string, std::less<>> headers;  // names lower-cased
+  std::string body;
+  std::string remote;  // peer address ("unix" for a unix socket)
+
+  std::string_view Header(std::string_view lower_name) const;
+  // URL-decoded query parameter.
+  std::optional<std::string> Query(std::string_view name) const;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  static Response Json(int status, std::string body);
+  // {"error": "<message>"} with the given status.
+  static Response Error(int status, std::string_view message);
+  static Response Text(int status, std::string body);
+};
+
+using Handler = std::function<Response(const Request&)>;
+
+struct ServerOptions {
+  std::string address = "0.0.0.0";
+  uint16_t port = 0;                 // 0 = pick a free port (see Server::port())
+  std::string unix_socket;           // when set, address/port are ignored
+  uint32_t socket_mode = 0660;
+  std::string cert_file;             // PEM chain; TLS when set together with key_file
+  std::string key_file;
+  std::chrono::seconds cert_reload_interval{10};
+  size_t max_body_bytes = 3 * 1024 * 1024;
+  int threads = 4;
+  std::chrono::seconds read_timeout{10};
+  std::chrono::seconds idle_timeout{60};
+  std::string name = "http";         // for logs and metrics
+};
+
+class Server {
+ public:
+  virtual ~Server() = default;
+  static absl::StatusOr<std::unique_ptr<Server>> Create(ServerOptions options);
+
+  // Registers a handler for an exact path. Register before Start().
+  virtual void Handle(std::string method, std::string path, Handler handler) = 0;
+  // Registers a handler for every path under a prefix ("/v1/upload/").
+  virtual void HandlePrefix(std::string method, std::string prefix, Handler handler) = 0;
+  virtual absl::Status Start() = 0;
+  virtual uint16_t port() const = 0;
+  // Stops accepting, finishes in-flight requests (at most `grace`), joins the threads.
+  virtual void Stop(std::chrono::milliseconds grace = std::chrono::seconds(5)) = 0;
+};
+using ServerPtr = std::unique_ptr<Server>;
+
+}  // namespace wisp::http

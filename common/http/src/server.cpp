@@ -1,0 +1,382 @@
+// Boost.Beast HTTP/1.1 server behind wisp::http::Server.
+//
+// Threading: `threads` threads run one io_context. Accept, read and write are asynchronous; the
+// handler runs synchronously on the thread that finished reading the request, so a handler that
+// blocks (a bus round trip) holds one thread, not the acceptor. Each connection is a Session kept
+// alive by shared_from_this across its callbacks.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <utility>  // before boost/asio: Boost 1.74 awaitable.hpp uses std::exchange under C++20
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include "wisp/http/server.hpp"
+#include "wisp/log/log.hpp"
+
+namespace wisp::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace ssl = boost::asio::ssl;
+using tcp = asio::ip::tcp;
+using local = asio::local::stream_protocol;
+using LocalStream = beast::basic_stream<local>;
+
+struct Route {
+  std::string method;
+  std::string path;
+  bool prefix = false;
+  Handler handler;
+};
+
+// Shared by the server and its sessions; outlives both through shared_ptr.
+struct Core {
+  ServerOptions options;
+  std::vector<Route> routes;
+  std::shared_ptr<spdlog::logger> logger;
+  std::atomic<int> sessions{0};
+  std::atomic<bool> stopping{false};
+
+  Response Dispatch(const Request& req) const {
+    bool path_known = false;
+    const Route* best = nullptr;
+    for (const auto& r : routes) {
+      const bool match = r.prefix ? req.path.rfind(r.path, 0) == 0 : req.path == r.path;
+      if (!match) continue;
+      path_known = true;
+      if (r.method == req.method && (best == nullptr || r.path.size() > best->path.size())) best = &r;
+    }
+    if (best == nullptr) {
+      return path_known ? Response::Error(405, "method " + req.method + " not allowed on " + req.path)
+                        : Response::Error(404, "no handler for " + req.path);
+    }
+    try {
+      return best->handler(req);
+    } catch (const std::exception& e) {
+      SPDLOG_LOGGER_ERROR(logger, "{} {}: handler threw: {}", req.method, req.path, e.what());
+      return Response::Error(500, "internal error");
+    }
+  }
+};
+
+bhttp::response<bhttp::string_body> ToBeast(Response r, unsigned version, bool keep_alive) {
+  bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), version};
+  res.set(bhttp::field::server, "wisp");
+  res.set(bhttp::field::content_type, r.content_type);
+  for (auto& [k, v] : r.headers) res.set(k, v);
+  res.keep_alive(keep_alive);
+  res.body() = std::move(r.body);
+  res.prepare_payload();
+  return res;
+}
+
+template <typename Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+ public:
+  // `keep` holds whatever the stream refers to (the TLS context) for the session's lifetime, so a
+  // certificate reload never frees a context a live connection still uses.
+  Session(Stream stream, std::shared_ptr<Core> core, std::string remote,
+          std::shared_ptr<void> keep = nullptr)
+      : keep_(std::move(keep)), stream_(std::move(stream)), core_(std::move(core)),
+        remote_(std::move(remote)) {
+    ++core_->sessions;
+  }
+  ~Session() { --core_->sessions; }
+
+  void Run() {
+    if constexpr (kTls) {
+      beast::get_lowest_layer(stream_).expires_after(core_->options.read_timeout);
+      stream_.async_handshake(ssl::stream_base::server,
+                              [self = this->shared_from_this()](beast::error_code ec) {
+                                if (!ec) self->Read();
+                              });
+    } else {
+      Read();
+    }
+  }
+
+ private:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream> &&
+                               !std::is_same_v<Stream, LocalStream>;
+
+  void Read() {
+    if (core_->stopping) return Close();
+    parser_.emplace();
+    parser_->body_limit(core_->options.max_body_bytes);
+    parser_->header_limit(64 * 1024);
+    // The first request of a connection gets read_timeout; later ones may idle longer.
+    beast::get_lowest_layer(stream_).expires_after(first_ ? core_->options.read_timeout
+                                                          : core_->options.idle_timeout);
+    first_ = false;
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                        self->OnRead(ec);
+                      });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == bhttp::error::body_limit) {
+      return Write(Response::Error(413, "request body larger than " +
+                                            std::to_string(core_->options.max_body_bytes) + " bytes"),
+                   11, false);
+    }
+    if (ec == bhttp::error::header_limit) {
+      return Write(Response::Error(431, "request headers larger than 64 KiB"), 11, false);
+    }
+    if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
+        ec == asio::error::operation_aborted || ec == asio::error::connection_reset || ec == asio::error::eof) {
+      return Close();
+    }
+    if (ec) {
+      // A malformed request line or header: answer once and close.
+      return Write(Response::Error(400, "malformed HTTP request: " + ec.message()), 11, false);
+    }
+    auto beast_req = parser_->release();
+    Request req;
+    req.method = std::string(beast_req.method_string());
+    req.target = std::string(beast_req.target());
+    auto q = req.target.find('?');
+    req.path = req.target.substr(0, q);
+    if (q != std::string::npos) req.query = req.target.substr(q + 1);
+    for (const auto& field : beast_req) {
+      std::string name(field.name_string());
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers[name] = std::string(field.value());
+    }
+    req.body = std::move(beast_req.body());
+    req.remote = remote_;
+    const bool keep_alive = beast_req.keep_alive() && !core_->stopping;
+    // The handler may block; lift the socket timer so a slow handler does not cut the connection.
+    beast::get_lowest_layer(stream_).expires_never();
+    Write(core_->Dispatch(req), beast_req.version(), keep_alive);
+  }
+
+  void Write(Response r, unsigned version, bool keep_alive) {
+    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
+        ToBeast(std::move(r), version, keep_alive));
+    beast::get_lowest_layer(stream_).expires_after(core_->options.read_timeout);
+    bhttp::async_write(stream_, *res,
+                       [self = this->shared_from_this(), res, keep_alive](beast::error_code ec, size_t) {
+                         if (ec || !keep_alive) return self->Close();
+                         self->Read();
+                       });
+  }
+
+  void Close() {
+    beast::error_code ec;
+    if constexpr (kTls) {
+      beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ec);
+    } else {
+      beast::get_lowest_layer(stream_).socket().shutdown(Stream::socket_type::shutdown_both, ec);
+    }
+  }
+
+  std::shared_ptr<void> keep_;
+  Stream stream_;
+  std::shared_ptr<Core> core_;
+  std::string remote_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  bool first_ = true;
+};
+
+absl::StatusOr<std::shared_ptr<ssl::context>> LoadTls(const ServerOptions& o) {
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                   ssl::context::single_dh_use);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  beast::error_code ec;
+  ctx->use_certificate_chain_file(o.cert_file, ec);
+  if (ec) return absl::InvalidArgumentError("tls-cert: " + o.cert_file + ": " + ec.message());
+  ctx->use_private_key_file(o.key_file, ssl::context::pem, ec);
+  if (ec) return absl::InvalidArgumentError("tls-key: " + o.key_file + ": " + ec.message());
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+    return absl::InvalidArgumentError("tls-key: " + o.key_file + " does not match " + o.cert_file);
+  }
+  return ctx;
+}
+
+int64_t MTime(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+class BeastServer final : public Server {
+ public:
+  explicit BeastServer(ServerOptions options)
+      : core_(std::make_shared<Core>()), ioc_(std::max(1, options.threads)) {
+    core_->options = std::move(options);
+    core_->logger = log::Get(core_->options.name);
+  }
+  ~BeastServer() override { Stop(std::chrono::milliseconds(0)); }
+
+  void Handle(std::string method, std::string path, Handler handler) override {
+    core_->routes.push_back({std::move(method), std::move(path), false, std::move(handler)});
+  }
+  void HandlePrefix(std::string method, std::string prefix, Handler handler) override {
+    core_->routes.push_back({std::move(method), std::move(prefix), true, std::move(handler)});
+  }
+
+  absl::Status Start() override {
+    const auto& o = core_->options;
+    const bool tls = !o.cert_file.empty() || !o.key_file.empty();
+    if (tls) {
+      if (o.cert_file.empty() || o.key_file.empty()) {
+        return absl::InvalidArgumentError("tls-cert and tls-key must be set together");
+      }
+      WISP_ASSIGN_OR_RETURN(tls_, LoadTls(o));
+      tls_enabled_ = true;
+      cert_mtime_ = MTime(o.cert_file) ^ MTime(o.key_file);
+      last_check_ = std::chrono::steady_clock::now();
+    }
+    beast::error_code ec;
+    if (!o.unix_socket.empty()) {
+      std::filesystem::path path(o.unix_socket);
+      std::error_code fec;
+      if (std::filesystem::is_socket(path, fec)) std::filesystem::remove(path, fec);  // stale
+      unix_acceptor_.emplace(ioc_);
+      unix_acceptor_->open(local{}, ec);
+      if (!ec) unix_acceptor_->bind(local::endpoint(o.unix_socket), ec);
+      if (!ec) unix_acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+      if (ec) return absl::UnavailableError("listening on unix socket " + o.unix_socket + ": " + ec.message());
+      ::chmod(o.unix_socket.c_str(), o.socket_mode);
+      AcceptUnix();
+    } else {
+      auto address = asio::ip::make_address(o.address, ec);
+      if (ec) return absl::InvalidArgumentError("listen address \"" + o.address + "\": " + ec.message());
+      tcp_acceptor_.emplace(ioc_);
+      tcp::endpoint ep(address, o.port);
+      tcp_acceptor_->open(ep.protocol(), ec);
+      if (!ec) tcp_acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
+      if (!ec) tcp_acceptor_->bind(ep, ec);
+      if (!ec) tcp_acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+      if (ec) {
+        return absl::UnavailableError("listening on " + o.address + ":" + std::to_string(o.port) +
+                                      ": " + ec.message());
+      }
+      port_ = tcp_acceptor_->local_endpoint().port();
+      AcceptTcp();
+    }
+    for (int i = 0; i < std::max(1, o.threads); ++i) {
+      threads_.emplace_back([this] { ioc_.run(); });
+    }
+    return absl::OkStatus();
+  }
+
+  uint16_t port() const override { return port_; }
+
+  void Stop(std::chrono::milliseconds grace) override {
+    if (threads_.empty()) return;
+    core_->stopping = true;
+    asio::post(ioc_, [this] {
+      beast::error_code ec;
+      if (tcp_acceptor_) tcp_acceptor_->close(ec);
+      if (unix_acceptor_) unix_acceptor_->close(ec);
+    });
+    const auto until = std::chrono::steady_clock::now() + grace;
+    while (core_->sessions > 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ioc_.stop();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    if (!core_->options.unix_socket.empty()) ::unlink(core_->options.unix_socket.c_str());
+  }
+
+ private:
+  std::shared_ptr<ssl::context> CurrentTls() {
+    std::lock_guard lock(tls_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_check_ >= core_->options.cert_reload_interval) {
+      last_check_ = now;
+      const auto& o = core_->options;
+      const int64_t m = MTime(o.cert_file) ^ MTime(o.key_file);
+      if (m != cert_mtime_) {
+        auto fresh = LoadTls(o);
+        if (fresh.ok()) {
+          tls_ = *fresh;
+          cert_mtime_ = m;
+          SPDLOG_LOGGER_INFO(core_->logger, "reloaded TLS certificate {}", o.cert_file);
+        } else {
+          // Keep serving with the old pair: a half-written renewal must not take the door down.
+          SPDLOG_LOGGER_WARN(core_->logger, "keeping previous TLS certificate: {}",
+                             std::string(fresh.status().message()));
+        }
+      }
+    }
+    return tls_;
+  }
+
+  void AcceptTcp() {
+    tcp_acceptor_->async_accept(asio::make_strand(ioc_), [this](beast::error_code ec, tcp::socket s) {
+      if (ec) {
+        if (ec != asio::error::operation_aborted && !core_->stopping) AcceptTcp();
+        return;
+      }
+      beast::error_code ignored;
+      s.set_option(tcp::no_delay(true), ignored);
+      std::string remote = s.remote_endpoint(ignored).address().to_string();
+      if (tls_enabled_) {
+        auto ctx = CurrentTls();
+        using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+        std::make_shared<Session<TlsStream>>(TlsStream(beast::tcp_stream(std::move(s)), *ctx), core_,
+                                             std::move(remote), ctx)
+            ->Run();
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(s)), core_,
+                                                     std::move(remote))
+            ->Run();
+      }
+      AcceptTcp();
+    });
+  }
+
+  void AcceptUnix() {
+    unix_acceptor_->async_accept(asio::make_strand(ioc_), [this](beast::error_code ec, local::socket s) {
+      if (ec) {
+        if (ec != asio::error::operation_aborted && !core_->stopping) AcceptUnix();
+        return;
+      }
+      std::make_shared<Session<LocalStream>>(LocalStream(std::move(s)), core_, "unix")->Run();
+      AcceptUnix();
+    });
+  }
+
+  std::shared_ptr<Core> core_;
+  asio::io_context ioc_;
+  std::optional<tcp::acceptor> tcp_acceptor_;
+  std::optional<local::acceptor> unix_acceptor_;
+  std::vector<std::thread> threads_;
+  uint16_t port_ = 0;
+  std::mutex tls_mu_;
+  std::shared_ptr<ssl::context> tls_;
+  bool tls_enabled_ = false;
+  int64_t cert_mtime_ = 0;
+  std::chrono::steady_clock::time_point last_check_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
+  if (options.threads < 1 || options.threads > 256) {
+    return absl::InvalidArgumentError("http threads: must be between 1 and 256");
+  }
+  if (options.max_body_bytes == 0) return absl::InvalidArgumentError("max body size: must be positive");
+  return std::unique_ptr<Server>(new BeastServer(std::move(options)));
+}
+
+}  // namespace wisp::http

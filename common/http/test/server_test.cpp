@@ -1,0 +1,158 @@
+#include "wisp/http/server.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+namespace wisp::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+struct Got {
+  int status = 0;
+  std::string body;
+};
+
+template <typename Stream>
+Got Exchange(Stream& stream, const std::string& method, const std::string& target,
+             const std::string& body) {
+  bhttp::request<bhttp::string_body> req{bhttp::string_to_verb(method), target, 11};
+  req.set(bhttp::field::host, "localhost");
+  req.body() = body;
+  req.prepare_payload();
+  bhttp::write(stream, req);
+  beast::flat_buffer buf;
+  bhttp::response<bhttp::string_body> res;
+  bhttp::read(stream, buf, res);
+  return {static_cast<int>(res.result_int()), res.body()};
+}
+
+Got Plain(uint16_t port, const std::string& method, const std::string& target,
+          const std::string& body = "") {
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  return Exchange(stream, method, target, body);
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void StartWith(ServerOptions options) {
+    auto s = Server::Create(std::move(options));
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    server_->Handle("POST", "/echo", [](const Request& r) {
+      return Response::Json(200, "{\"len\":" + std::to_string(r.body.size()) + ",\"q\":\"" +
+                                     r.Query("timeout").value_or("") + "\",\"ct\":\"" +
+                                     std::string(r.Header("content-type")) + "\"}");
+    });
+    server_->HandlePrefix("GET", "/v1/upload/", [](const Request& r) {
+      return Response::Text(200, r.path.substr(std::string("/v1/upload/").size()));
+    });
+    ASSERT_TRUE(server_->Start().ok());
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+  ServerPtr server_;
+};
+
+// Tests that a handler sees the raw body and decoded query parameters.
+TEST_F(ServerTest, DispatchesToHandler) {
+  StartWith({.address = "127.0.0.1", .port = 0});
+  auto got = Plain(server_->port(), "POST", "/echo?timeout=10s%20x", "hello");
+  EXPECT_EQ(got.status, 200);
+  EXPECT_EQ(got.body, "{\"len\":5,\"q\":\"10s x\",\"ct\":\"\"}");
+  got = Plain(server_->port(), "GET", "/v1/upload/vol-1");
+  EXPECT_EQ(got.body, "vol-1");
+}
+
+// Tests that unknown paths, wrong methods and oversized bodies get JSON errors, not a crash.
+TEST_F(ServerTest, RejectsWhatItCannotServe) {
+  StartWith({.address = "127.0.0.1", .port = 0, .max_body_bytes = 16});
+  EXPECT_EQ(Plain(server_->port(), "GET", "/nope").status, 404);
+  EXPECT_EQ(Plain(server_->port(), "GET", "/echo").status, 405);
+  auto got = Plain(server_->port(), "POST", "/echo", std::string(17, 'x'));
+  EXPECT_EQ(got.status, 413);
+  EXPECT_NE(got.body.find("larger than 16 bytes"), std::string::npos);
+  // The server still serves after the refusals.
+  EXPECT_EQ(Plain(server_->port(), "POST", "/echo", "ok").status, 200);
+}
+
+// Tests that a malformed request line is answered 400.
+TEST_F(ServerTest, MalformedRequestIs400) {
+  StartWith({.address = "127.0.0.1", .port = 0});
+  asio::io_context ioc;
+  tcp::socket sock(ioc);
+  sock.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+  asio::write(sock, asio::buffer(std::string("GARBAGE\r\n\r\n")));
+  beast::flat_buffer buf;
+  bhttp::response<bhttp::string_body> res;
+  beast::error_code ec;
+  bhttp::read(sock, buf, res, ec);
+  EXPECT_EQ(res.result_int(), 400u);
+}
+
+// Tests that the server speaks HTTP over a unix socket with the requested mode.
+TEST_F(ServerTest, ServesUnixSocket) {
+  const std::string path = testing::TempDir() + "/wisp-http-test.sock";
+  std::ofstream(path) << "stale";  // a stale non-socket file must not be silently removed
+  std::filesystem::remove(path);
+  StartWith({.unix_socket = path, .socket_mode = 0660});
+  EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms(0660));
+  asio::io_context ioc;
+  beast::basic_stream<asio::local::stream_protocol> stream(ioc);
+  stream.connect(asio::local::stream_protocol::endpoint(path));
+  auto got = Exchange(stream, "POST", "/echo", "abc");
+  EXPECT_EQ(got.status, 200);
+}
+
+// Tests TLS serving, TLS 1.1 refusal, and certificate reload without a restart.
+TEST_F(ServerTest, ServesTlsAndReloadsCertificate) {
+  const std::string dir = testing::TempDir() + "/wisp-http-tls";
+  std::filesystem::create_directories(dir);
+  auto make_cert = [&](const std::string& cn) {
+    const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=" +
+                            cn + " -keyout " + dir + "/key.pem -out " + dir + "/cert.pem 2>/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  };
+  make_cert("first");
+  StartWith({.address = "127.0.0.1", .port = 0, .cert_file = dir + "/cert.pem",
+             .key_file = dir + "/key.pem", .cert_reload_interval = std::chrono::seconds(0)});
+  auto subject_cn = [&](int max_version) -> std::string {
+    asio::io_context ioc;
+    asio::ssl::context ctx(asio::ssl::context::tls_client);
+    SSL_CTX_set_max_proto_version(ctx.native_handle(), max_version);
+    beast::ssl_stream<beast::tcp_stream> stream(ioc, ctx);
+    beast::get_lowest_layer(stream).connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+    beast::error_code ec;
+    stream.handshake(asio::ssl::stream_base::client, ec);
+    if (ec) return "handshake failed";
+    X509* cert = SSL_get_peer_certificate(stream.native_handle());
+    char name[256] = {};
+    X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, name, sizeof(name));
+    X509_free(cert);
+    EXPECT_EQ(Exchange(stream, "POST", "/echo", "x").status, 200);
+    return name;
+  };
+  EXPECT_EQ(subject_cn(TLS1_3_VERSION), "first");
+  EXPECT_EQ(subject_cn(TLS1_1_VERSION), "handshake failed");
+  make_cert("second");
+  EXPECT_EQ(subject_cn(TLS1_2_VERSION), "second");
+}
+
+}  // namespace
+}  // namespace wisp::http
