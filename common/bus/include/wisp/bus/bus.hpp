@@ -232,6 +232,15 @@ class Bus : public Publisher, public Requester, public Subscriber {
   virtual ConnectionState State() const = 0;
   // Flushes and waits (at most `timeout`) for every subscription's in-flight handlers, then closes.
   virtual absl::Status Drain(std::chrono::milliseconds timeout) = 0;
+  // Sends one request and collects every reply that arrives within `timeout`, stopping early after
+  // `max_replies` (0 = no limit). Used for discovery ($SRV.PING: every instance answers). Replies
+  // are returned as they came, error headers included (read them with StatusFromHeaders). No reply
+  // at all is an empty vector, not an error. The default sends one Request() and returns its reply.
+  virtual absl::StatusOr<std::vector<Message>> RequestMany(std::string_view subject,
+                                                           std::string_view data,
+                                                           std::chrono::milliseconds timeout,
+                                                           int max_replies = 0,
+                                                           const Headers& headers = {});
 };
 using BusPtr = std::unique_ptr<Bus>;
 
@@ -239,5 +248,17 @@ using BusPtr = std::unique_ptr<Bus>;
 absl::Status StatusFromHeaders(const Headers& headers);
 // Sets the micro error headers for a non-OK status.
 void SetErrorHeaders(const absl::Status& status, Headers& headers);
+
+// ---- For Bus implementations (NatsBus, InMemoryBus); services do not need these -------------
+
+// Serves one incoming request the way every wisp bus does: reads Wisp-Timeout-Ms and
+// Wisp-Request-Id, answers DeadlineExceeded without calling `handler` when the deadline (counted
+// from `received`) has already passed, answers InvalidArgument for a malformed Wisp-Timeout-Ms,
+// otherwise calls `handler`. The returned reply has the micro error headers set when not OK.
+Reply ServeRequest(const RequestHandler& handler, Message msg,
+                   std::chrono::steady_clock::time_point received);
+
+// True when `subject` matches the NATS subscription pattern `pattern` ('*' one token, '>' the rest).
+bool SubjectMatches(std::string_view pattern, std::string_view subject);
 
 }  // namespace wisp::bus
