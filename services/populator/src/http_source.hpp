@@ -1,0 +1,78 @@
+#pragma once
+// HttpSource: a streaming HTTP/1.1 GET over plain TCP or TLS (Boost.Beast + OpenSSL) whose body is
+// pulled through ByteSource::Read, so an image of any size passes through one buffer.
+//
+// - TLS verifies the peer against the system roots plus `ca_pem` (a custom CA bundle) and checks
+//   the host name (or IP) with OpenSSL's own matcher.
+// - Extra request headers (from a secret reference) are sent but never logged or put in errors.
+// - `range_start` > 0 asks for "Range: bytes=<start>-" (with If-Range when a validator is known);
+//   info().partial says whether the server honoured it. A server that answers 200 instead sends
+//   the whole body and the caller must start over.
+// - Redirects (301/302/303/307/308) are followed up to max_redirects.
+//
+// Errors (all name the URL without its query string or user info):
+//   404/410 -> NotFound "HTTP 404 Not Found from https://host/path"; 401/403 -> PermissionDenied;
+//   other 4xx -> FailedPrecondition; 429/5xx, resolve/connect failures, timeouts -> Unavailable;
+//   a TLS handshake or certificate failure -> FailedPrecondition "TLS handshake with host:port
+//   failed: certificate verify failed (self-signed certificate)"; a body cut short ->
+//   Unavailable "HTTP body truncated: received N of M bytes".
+//
+//   HttpOptions opts; opts.ca_pem = ca;
+//   WISP_ASSIGN_OR_RETURN(auto body, HttpSource::Open("https://mirror/cirros.qcow2.xz", opts));
+//   std::optional<uint64_t> total = body->info().total_size;
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "byte_source.hpp"
+
+namespace wisp::populator {
+
+struct Url {
+  std::string scheme;  // "http" | "https"
+  std::string host;
+  std::string port;
+  std::string target;  // path + query, "/" at least
+  // scheme://host[:port]/path, without user info and query: safe for logs and messages.
+  std::string Redacted() const;
+};
+// InvalidArgument naming `field` when the URL is not an absolute http(s) URL.
+absl::StatusOr<Url> ParseUrl(std::string_view url, std::string_view field = "url");
+
+struct HttpOptions {
+  std::string ca_pem;
+  std::map<std::string, std::string> headers;
+  uint64_t range_start = 0;
+  std::string if_range;  // an ETag or Last-Modified value from an earlier response
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds read_timeout{std::chrono::seconds(60)};
+  int max_redirects = 5;
+};
+
+struct HttpResponseInfo {
+  int status = 0;
+  bool partial = false;                     // 206: the body starts at range_start
+  std::optional<uint64_t> content_length;   // bytes of this body
+  std::optional<uint64_t> total_size;       // bytes of the whole resource
+  std::string etag;
+  std::string last_modified;
+  std::string final_url;                    // redacted, after redirects
+};
+
+class HttpSource final : public ByteSource {
+ public:
+  static absl::StatusOr<std::unique_ptr<HttpSource>> Open(std::string_view url,
+                                                          const HttpOptions& options);
+  ~HttpSource() override;
+  const HttpResponseInfo& info() const;
+  absl::StatusOr<size_t> Read(uint8_t* buf, size_t n) override;
+
+ private:
+  struct Impl;
+  explicit HttpSource(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wisp::populator

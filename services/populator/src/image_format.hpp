@@ -1,0 +1,42 @@
+#pragma once
+// Content-based image format detection (never by file name), as CDI's format readers do.
+//
+// Detect() looks at the first bytes of a stream: compression layers (gz, xz, zst) first, then
+// disk formats (qcow2; raw is everything we do not recognise as another known format). Formats we
+// recognise but do not convert (vmdk, vdi, vhd, vhdx, bzip2, zip, an HTML page) come back as
+// kUnsupported with their name, so the volume fails with "unsupported image format vmdk" instead of
+// being written out as a raw disk full of the wrong bytes.
+//
+//   uint8_t head[kDetectBytes]; ... ImageFormat f = DetectFormat(head, got);
+//   if (f.kind == FormatKind::kQcow2) { WISP_ASSIGN_OR_RETURN(auto h, ParseQcow2Header(head, got)); }
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "wisp/status/status.hpp"
+
+namespace wisp::populator {
+
+// Enough bytes for every magic we look at (vhd's footer copy at offset 0, the qcow2 header).
+inline constexpr size_t kDetectBytes = 512;
+
+enum class FormatKind { kRaw, kQcow2, kGzip, kXz, kZstd, kUnsupported };
+
+struct ImageFormat {
+  FormatKind kind = FormatKind::kRaw;
+  std::string name;  // "raw", "qcow2", "gz", "xz", "zst", or the unsupported format's name
+};
+
+bool IsCompression(FormatKind kind);
+ImageFormat DetectFormat(const uint8_t* data, size_t n);
+
+struct Qcow2Header {
+  uint32_t version = 0;
+  uint64_t virtual_size = 0;
+  bool has_backing_file = false;
+};
+// InvalidArgument when the header is not a usable qcow2 header.
+absl::StatusOr<Qcow2Header> ParseQcow2Header(const uint8_t* data, size_t n);
+
+}  // namespace wisp::populator
