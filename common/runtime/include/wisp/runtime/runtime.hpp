@@ -1,0 +1,89 @@
+#pragma once
+// The process skeleton every wisp service shares, so each main.cpp only wires its own parts.
+//
+// Contract:
+//   - AddCommonFlags() declares the settings every service has (NATS, metrics, logging, drain).
+//   - Process::Start() blocks SIGTERM/SIGINT in every thread (before any thread exists), installs
+//     logging, connects the bus (retrying in the background while NATS is down, so a service can
+//     start before its bus), starts /metrics /healthz /readyz with a "bus" readiness check, and
+//     returns a Process. A failure is a Status whose message names the setting.
+//   - RegisterService() announces the process as a NATS micro service (`$SRV.*`).
+//   - WaitForSignal() returns on SIGTERM or SIGINT; Shutdown() drains the micro service and the
+//     bus (in-flight requests finish, at most drain-timeout) and stops the metrics endpoint.
+//
+// Example (a whole main.cpp):
+//   runtime::CommonSettings common{.metrics_address = "0.0.0.0:9091"};
+//   config::Flags flags("wisp-policy", "injection and validation rules for admission");
+//   runtime::AddCommonFlags(flags, common);
+//   flags.ParseOrExit(argc, argv);
+//   auto process = runtime::Process::Start("wisp-policy", common);
+//   if (!process.ok()) return runtime::Fail("wisp-policy", process.status());
+//   ... build the service from (*process)->bus(), register endpoints ...
+//   (*process)->WaitForSignal();
+//   return (*process)->Shutdown();
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "wisp/bus/bus.hpp"
+#include "wisp/bus/service.hpp"
+#include "wisp/config/flags.hpp"
+#include "wisp/metrics/metrics.hpp"
+
+namespace wisp::runtime {
+
+struct CommonSettings {
+  std::string nats_url = "nats://127.0.0.1:4222";
+  std::string nats_user;
+  std::string nats_password;
+  std::string nats_creds;
+  std::string nats_token;
+  std::string nats_ca;
+  std::string nats_cert;
+  std::string nats_key;
+  std::string metrics_address = "0.0.0.0:9090";
+  std::string log_level = "info";
+  std::string log_format = "text";
+  std::chrono::milliseconds drain_timeout = std::chrono::seconds(10);
+  int64_t serve_threads = 4;
+};
+
+void AddCommonFlags(config::Flags& flags, CommonSettings& settings);
+
+// Splits "nats://a:4222,nats://b:4222" into URLs; InvalidArgument naming nats-url when empty or
+// when a URL has no scheme.
+absl::StatusOr<std::vector<std::string>> ParseNatsUrls(std::string_view text);
+
+class Process {
+ public:
+  static absl::StatusOr<std::unique_ptr<Process>> Start(std::string service,
+                                                        const CommonSettings& settings);
+  ~Process();
+
+  bus::Bus& bus();
+  prometheus::Registry& registry();
+  std::shared_ptr<prometheus::Registry> shared_registry();
+  metrics::Endpoint& endpoint();
+
+  // Announces this process as a NATS micro service; endpoints are added on the returned Service.
+  absl::StatusOr<bus::Service*> RegisterService(std::string description);
+
+  // Blocks until SIGTERM or SIGINT.
+  void WaitForSignal();
+  // Drains and stops; returns the process exit code (0 after a clean drain).
+  int Shutdown();
+
+ private:
+  Process() = default;
+  std::string service_;
+  CommonSettings settings_;
+  std::unique_ptr<bus::Bus> bus_;
+  std::unique_ptr<metrics::Endpoint> endpoint_;
+  std::unique_ptr<bus::Service> micro_;
+};
+
+// Prints "<service>: <status message>" to stderr and returns the exit code for it: 2 for an
+// InvalidArgument (a bad setting), 1 otherwise.
+int Fail(std::string_view service, const absl::Status& status);
+
+}  // namespace wisp::runtime

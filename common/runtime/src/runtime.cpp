@@ -1,0 +1,156 @@
+#include "wisp/runtime/runtime.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <iostream>
+
+#include "wisp/bus/nats_bus.hpp"
+#include "wisp/log/log.hpp"
+
+namespace wisp::runtime {
+
+void AddCommonFlags(config::Flags& flags, CommonSettings& s) {
+  flags.String("nats-url", &s.nats_url,
+               "NATS server URLs, comma separated (several = the members of a NATS cluster; "
+               "tls:// for TLS).");
+  flags.String("nats-user", &s.nats_user, "NATS user name (with --nats-password).");
+  flags.String("nats-password", &s.nats_password, "NATS password. Prefer the environment variable.");
+  flags.String("nats-creds", &s.nats_creds, "NATS credentials file (JWT + nkey seed).");
+  flags.String("nats-token", &s.nats_token, "NATS authentication token.");
+  flags.String("nats-ca", &s.nats_ca, "CA bundle that verifies the NATS servers' certificates.");
+  flags.String("nats-cert", &s.nats_cert, "Client certificate for NATS TLS (with --nats-key).");
+  flags.String("nats-key", &s.nats_key, "Client key for NATS TLS.");
+  flags.String("metrics-address", &s.metrics_address,
+               "host:port serving /metrics, /healthz and /readyz.");
+  flags.Enum("log-level", &s.log_level, {"trace", "debug", "info", "warn", "error", "critical", "off"},
+             "Least severe level logged.");
+  flags.Enum("log-format", &s.log_format, {"text", "json"}, "text lines or JSON lines on stderr.");
+  flags.Duration("drain-timeout", &s.drain_timeout,
+                 "On SIGTERM, how long in-flight requests may take to finish.");
+  flags.Int("serve-threads", &s.serve_threads, "Handler threads per served subject.",
+            [](int64_t n) {
+              return n >= 1 && n <= 256 ? absl::OkStatus()
+                                        : absl::InvalidArgumentError("must be between 1 and 256");
+            });
+}
+
+absl::StatusOr<std::vector<std::string>> ParseNatsUrls(std::string_view text) {
+  std::vector<std::string> urls;
+  size_t start = 0;
+  while (start <= text.size()) {
+    auto comma = text.find(',', start);
+    std::string url(text.substr(start, comma == std::string_view::npos ? text.npos : comma - start));
+    while (!url.empty() && url.front() == ' ') url.erase(url.begin());
+    while (!url.empty() && url.back() == ' ') url.pop_back();
+    if (!url.empty()) {
+      if (url.find("://") == std::string::npos) {
+        return absl::InvalidArgumentError("nats-url: \"" + url +
+                                          "\" has no scheme (nats://host:port or tls://host:port)");
+      }
+      urls.push_back(url);
+    }
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  if (urls.empty()) return absl::InvalidArgumentError("nats-url: no server URL given");
+  return urls;
+}
+
+absl::StatusOr<std::unique_ptr<Process>> Process::Start(std::string service,
+                                                        const CommonSettings& settings) {
+  // Block the shutdown signals before any thread exists so every thread inherits the mask and
+  // WaitForSignal() is the only place that sees them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  WISP_RETURN_IF_ERROR(
+      log::Init({.service = service, .level = settings.log_level, .format = settings.log_format}));
+  auto process = std::unique_ptr<Process>(new Process());
+  process->service_ = service;
+  process->settings_ = settings;
+
+  bus::NatsBusOptions options;
+  WISP_ASSIGN_OR_RETURN(options.servers, ParseNatsUrls(settings.nats_url));
+  options.name = service;
+  options.user = settings.nats_user;
+  options.password = settings.nats_password;
+  options.creds_file = settings.nats_creds;
+  options.token = settings.nats_token;
+  options.tls_ca_file = settings.nats_ca;
+  options.tls_cert_file = settings.nats_cert;
+  options.tls_key_file = settings.nats_key;
+  options.retry_on_failed_connect = true;
+  options.serve_threads = static_cast<int>(settings.serve_threads);
+  options.registry = &metrics::Registry();
+  WISP_ASSIGN_OR_RETURN(process->bus_, bus::NatsBus::Connect(options));
+
+  process->endpoint_ = std::make_unique<metrics::Endpoint>(metrics::SharedRegistry(), service);
+  bus::Bus* bus = process->bus_.get();
+  process->endpoint_->AddReadinessCheck("bus", [bus] {
+    return bus->State() == bus::ConnectionState::kConnected
+               ? absl::OkStatus()
+               : absl::UnavailableError("not connected to NATS");
+  });
+  WISP_RETURN_IF_ERROR(process->endpoint_->Start(settings.metrics_address));
+  SPDLOG_LOGGER_INFO(log::Get("runtime"), "{} {} started; metrics on port {}", service,
+                     WISP_VERSION, process->endpoint_->port());
+  return process;
+}
+
+Process::~Process() = default;
+
+bus::Bus& Process::bus() { return *bus_; }
+prometheus::Registry& Process::registry() { return metrics::Registry(); }
+std::shared_ptr<prometheus::Registry> Process::shared_registry() { return metrics::SharedRegistry(); }
+metrics::Endpoint& Process::endpoint() { return *endpoint_; }
+
+absl::StatusOr<bus::Service*> Process::RegisterService(std::string description) {
+  WISP_ASSIGN_OR_RETURN(micro_, bus::Service::Start(*bus_, {.name = service_,
+                                                            .version = WISP_VERSION,
+                                                            .description = std::move(description),
+                                                            .registry = &metrics::Registry()}));
+  return micro_.get();
+}
+
+void Process::WaitForSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int sig = 0;
+  sigwait(&set, &sig);
+  SPDLOG_LOGGER_INFO(log::Get("runtime"), "{}: received {}, draining", service_,
+                     sig == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+int Process::Shutdown() {
+  auto logger = log::Get("runtime");
+  int code = 0;
+  if (micro_) {
+    if (auto s = micro_->Drain(); !s.ok()) {
+      SPDLOG_LOGGER_WARN(logger, "draining service endpoints: {}", std::string(s.message()));
+    }
+  }
+  if (bus_) {
+    if (auto s = bus_->Drain(settings_.drain_timeout); !s.ok()) {
+      SPDLOG_LOGGER_WARN(logger, "draining the bus: {}", std::string(s.message()));
+    }
+  }
+  micro_.reset();
+  if (endpoint_) endpoint_->Stop();
+  SPDLOG_LOGGER_INFO(logger, "{} stopped", service_);
+  spdlog::shutdown();
+  return code;
+}
+
+int Fail(std::string_view service, const absl::Status& status) {
+  std::cerr << service << ": " << status.message() << "\n";
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace wisp::runtime
