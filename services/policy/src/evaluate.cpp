@@ -1,0 +1,122 @@
+// Rule f (pod token audiences) and the mutate/validate dispatch that combines the rules.
+#include "policy/src/rules_internal.hpp"
+#include "wisp/k8s/json_patch.hpp"
+#include "wisp/k8s/objects.hpp"
+
+namespace wisp::policy {
+
+using internal::Deny;
+using internal::Index;
+using internal::Outcome;
+using k8s::Json;
+
+Verdict EvaluatePodTokenAudiences(const AdmissionInput& in, const Policy& policy) {
+  constexpr std::string_view kRule = kRulePodTokenAudiences;
+  if (!policy.rules.pod_token_audiences) return Outcome(kRule, kOutcomeDisabled);
+  if (!in.Is("", "Pod") || in.call.operation() != "CREATE" || !in.object.is_object()) {
+    return Outcome(kRule, kOutcomeSkipped);
+  }
+  const std::string ns = in.Namespace();
+  std::vector<std::string> causes;
+  const Json& volumes = k8s::GetArray(in.object, {"spec", "volumes"});
+  for (size_t i = 0; i < volumes.size(); ++i) {
+    const std::string vf = Index("spec.volumes", i);
+    const Json& sources = k8s::GetArray(volumes[i], {"projected", "sources"});
+    for (size_t j = 0; j < sources.size(); ++j) {
+      const Json* token = k8s::Find(sources[j], {"serviceAccountToken"});
+      if (token == nullptr) continue;
+      const std::string tf = Index(vf + ".projected.sources", j) + ".serviceAccountToken";
+      std::string audience = k8s::GetString(*token, {"audience"});
+      if (!AudienceAllowed(policy, ns, audience)) {
+        causes.push_back(internal::AudienceForbidden(tf + ".audience", audience, ns, policy));
+      }
+      if (auto exp = k8s::GetInt(*token, {"expirationSeconds"})) {
+        internal::ValidateLifetime(*exp, tf + ".expirationSeconds", policy, causes);
+      }
+    }
+    // wisp's own CSI token volumes carry the audience as a volume attribute.
+    if (k8s::GetString(volumes[i], {"csi", "driver"}) == kWispCsiDriver) {
+      const std::string af = vf + ".csi.volumeAttributes";
+      std::string audience = k8s::GetString(volumes[i], {"csi", "volumeAttributes", "audience"});
+      if (!AudienceAllowed(policy, ns, audience)) {
+        causes.push_back(internal::AudienceForbidden(af + ".audience", audience, ns, policy));
+      }
+      std::string exp = k8s::GetString(volumes[i], {"csi", "volumeAttributes", "expirationSeconds"});
+      if (!exp.empty()) {
+        if (exp.size() > 12 || exp.find_first_not_of("0123456789") != std::string::npos) {
+          causes.push_back(af + ".expirationSeconds: Invalid value: " + k8s::Quote(exp) +
+                           ": must be a whole number of seconds");
+        } else {
+          internal::ValidateLifetime(std::stoll(exp), af + ".expirationSeconds", policy, causes);
+        }
+      }
+    }
+  }
+  if (!causes.empty()) return Deny(kRule, causes, 403, "Forbidden");
+  return Outcome(kRule, kOutcomeAllowed);
+}
+
+namespace {
+
+// Folds one rule's verdict into the combined one. Returns false once a denial or error ends it.
+bool Merge(Verdict& total, Verdict&& part) {
+  for (auto& [k, v] : part.rule_outcomes) total.rule_outcomes[k] = v;
+  for (auto& w : part.warnings) total.warnings.push_back(std::move(w));
+  if (!part.error.ok()) {
+    total.error = part.error;
+    return false;
+  }
+  if (!part.allowed) {
+    total.allowed = false;
+    total.message = std::move(part.message);
+    total.code = part.code;
+    total.reason = std::move(part.reason);
+    total.audit_annotations.clear();
+    total.writes.clear();
+    total.mutated.reset();
+    total.patch = Json::array();
+    return false;
+  }
+  for (auto& [k, v] : part.audit_annotations) total.audit_annotations[k] = v;
+  for (auto& w : part.writes) total.writes.push_back(std::move(w));
+  if (!part.message.empty()) {
+    total.message = total.message.empty() ? part.message : total.message + " " + part.message;
+  }
+  if (part.mutated) total.mutated = std::move(part.mutated);
+  return true;
+}
+
+}  // namespace
+
+Verdict EvaluateMutate(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup) {
+  Verdict total;
+  AdmissionInput current = in;
+  auto chain = [&](Verdict v) {
+    bool go_on = Merge(total, std::move(v));
+    if (go_on && total.mutated) current.object = *total.mutated;
+    return go_on;
+  };
+  if (!chain(EvaluateTokenSidecar(current, policy))) return total;
+  if (!chain(EvaluateVirtLauncher(current, policy, lookup))) return total;
+  if (total.mutated) total.patch = k8s::Diff(in.object, *total.mutated);
+  return total;
+}
+
+Verdict EvaluateValidate(const AdmissionInput& in, const Policy& policy,
+                         const RecordLookup& lookup) {
+  Verdict total;
+  if (in.Is("", "Pod")) {
+    Merge(total, EvaluatePodTokenAudiences(in, policy));
+  } else if (in.Is("kubevirt.io", "VirtualMachineInstance")) {
+    Merge(total, EvaluateVmiTokenVolumes(in, policy));
+  } else if (in.Is("cdi.kubevirt.io", "DataVolume")) {
+    Merge(total, EvaluateDataVolume(in, policy));
+  } else if (in.Is("", "PersistentVolumeClaim")) {
+    Merge(total, EvaluatePvc(in, policy, lookup));
+  } else if (in.Is(kWispGroup, "VolumeImportSource")) {
+    Merge(total, EvaluateVolumeImportSource(in, policy));
+  }
+  return total;
+}
+
+}  // namespace wisp::policy

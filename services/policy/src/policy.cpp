@@ -1,0 +1,233 @@
+#include "policy/src/policy.hpp"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "wisp/config/flags.hpp"
+#include "wisp/k8s/quantity.hpp"
+
+namespace wisp::policy {
+namespace {
+
+absl::Status Bad(const std::string& key, const std::string& problem) {
+  return absl::InvalidArgumentError(key + ": " + problem);
+}
+
+absl::Status CheckKeys(const YAML::Node& node, const std::string& prefix,
+                       const std::set<std::string>& allowed) {
+  if (!node.IsMap()) return Bad(prefix.empty() ? "policy" : prefix, "must be a mapping");
+  for (const auto& kv : node) {
+    std::string key = kv.first.as<std::string>();
+    if (allowed.count(key) == 0) {
+      return Bad(prefix.empty() ? key : prefix + "." + key, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Scalar(const YAML::Node& node) { return node.IsScalar() ? node.Scalar() : ""; }
+
+absl::Status ReadBool(const YAML::Node& node, const std::string& key, bool* out) {
+  if (!node) return absl::OkStatus();
+  std::string v = Scalar(node);
+  if (v == "true" || v == "True") {
+    *out = true;
+  } else if (v == "false" || v == "False") {
+    *out = false;
+  } else {
+    return Bad(key, "\"" + v + "\" is not true or false");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadString(const YAML::Node& node, const std::string& key, std::string* out) {
+  if (!node) return absl::OkStatus();
+  if (!node.IsScalar()) return Bad(key, "must be a string");
+  *out = node.Scalar();
+  return absl::OkStatus();
+}
+
+absl::Status ReadSeconds(const YAML::Node& node, const std::string& key, int64_t* out) {
+  if (!node) return absl::OkStatus();
+  std::string v = Scalar(node);
+  if (v.empty()) return Bad(key, "must be a number of seconds or a duration such as 1h");
+  bool digits = v.find_first_not_of("0123456789") == std::string::npos;
+  if (digits) {
+    if (v.size() > 12) return Bad(key, "\"" + v + "\" is too large");
+    *out = std::stoll(v);
+  } else {
+    auto d = config::ParseDuration(v);
+    if (!d.ok()) return Bad(key, "\"" + v + "\" is not a duration");
+    *out = std::chrono::duration_cast<std::chrono::seconds>(*d).count();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadQuantity(const YAML::Node& node, const std::string& key, std::string* out) {
+  if (!node) return absl::OkStatus();
+  std::string v = Scalar(node);
+  auto q = k8s::ParseQuantity(v);
+  if (!q.ok()) return Bad(key, "\"" + v + "\": " + std::string(q.status().message()));
+  *out = v;
+  return absl::OkStatus();
+}
+
+absl::Status Parse(const YAML::Node& root, Policy& p) {
+  if (!root || root.IsNull()) return absl::OkStatus();
+  WISP_RETURN_IF_ERROR(CheckKeys(root, "", {"rules", "audiences", "maxTokenLifetime",
+                                            "tokenSidecar"}));
+  if (const auto rules = root["rules"]) {
+    WISP_RETURN_IF_ERROR(CheckKeys(rules, "rules",
+                                   {"tokenSidecar", "vmiTokenVolumes", "virtLauncher",
+                                    "dataVolumes", "pvcSources", "podTokenAudiences"}));
+    WISP_RETURN_IF_ERROR(ReadBool(rules["tokenSidecar"], "rules.tokenSidecar",
+                                  &p.rules.token_sidecar));
+    WISP_RETURN_IF_ERROR(ReadBool(rules["vmiTokenVolumes"], "rules.vmiTokenVolumes",
+                                  &p.rules.vmi_token_volumes));
+    WISP_RETURN_IF_ERROR(ReadBool(rules["virtLauncher"], "rules.virtLauncher",
+                                  &p.rules.virt_launcher));
+    WISP_RETURN_IF_ERROR(ReadBool(rules["dataVolumes"], "rules.dataVolumes",
+                                  &p.rules.data_volumes));
+    WISP_RETURN_IF_ERROR(ReadBool(rules["pvcSources"], "rules.pvcSources", &p.rules.pvc_sources));
+    WISP_RETURN_IF_ERROR(ReadBool(rules["podTokenAudiences"], "rules.podTokenAudiences",
+                                  &p.rules.pod_token_audiences));
+  }
+  if (const auto aud = root["audiences"]) {
+    if (!aud.IsMap()) return Bad("audiences", "must map a namespace (or \"*\") to a list");
+    for (const auto& kv : aud) {
+      std::string ns = kv.first.as<std::string>();
+      std::string key = "audiences." + ns;
+      if (!kv.second.IsSequence()) return Bad(key, "must be a list of audiences");
+      std::vector<std::string> list;
+      for (const auto& a : kv.second) {
+        if (!a.IsScalar() || a.Scalar().empty()) return Bad(key, "entries must be non-empty strings");
+        list.push_back(a.Scalar());
+      }
+      p.audiences[ns] = std::move(list);
+    }
+  }
+  WISP_RETURN_IF_ERROR(
+      ReadSeconds(root["maxTokenLifetime"], "maxTokenLifetime", &p.max_token_lifetime_seconds));
+  if (p.max_token_lifetime_seconds < 600) {
+    return Bad("maxTokenLifetime", "must be at least 10m (Kubernetes' minimum token lifetime)");
+  }
+  if (const auto ts = root["tokenSidecar"]) {
+    WISP_RETURN_IF_ERROR(CheckKeys(ts, "tokenSidecar",
+                                   {"image", "stsUrl", "nativeSidecar", "tokenVolumeFor",
+                                    "audience", "expirationSeconds", "resources"}));
+    WISP_RETURN_IF_ERROR(ReadString(ts["image"], "tokenSidecar.image", &p.sidecar_image));
+    if (p.sidecar_image.empty()) return Bad("tokenSidecar.image", "must not be empty");
+    WISP_RETURN_IF_ERROR(ReadString(ts["stsUrl"], "tokenSidecar.stsUrl", &p.sidecar_sts_url));
+    WISP_RETURN_IF_ERROR(ReadString(ts["audience"], "tokenSidecar.audience", &p.token_audience));
+    if (const auto mode = ts["nativeSidecar"]) {
+      std::string v = Scalar(mode);
+      if (v == "auto") {
+        p.native_sidecar = NativeSidecarMode::kAuto;
+      } else if (v == "on") {
+        p.native_sidecar = NativeSidecarMode::kOn;
+      } else if (v == "off") {
+        p.native_sidecar = NativeSidecarMode::kOff;
+      } else {
+        return Bad("tokenSidecar.nativeSidecar", "\"" + v + "\" is not one of auto, on, off");
+      }
+    }
+    if (const auto tv = ts["tokenVolumeFor"]) {
+      std::string v = Scalar(tv);
+      if (v == "hostNetwork") {
+        p.token_volume_for = TokenVolumeFor::kHostNetwork;
+      } else if (v == "all") {
+        p.token_volume_for = TokenVolumeFor::kAll;
+      } else {
+        return Bad("tokenSidecar.tokenVolumeFor", "\"" + v + "\" is not one of hostNetwork, all");
+      }
+    }
+    WISP_RETURN_IF_ERROR(ReadSeconds(ts["expirationSeconds"], "tokenSidecar.expirationSeconds",
+                                     &p.token_expiration_seconds));
+    if (p.token_expiration_seconds < 600) {
+      return Bad("tokenSidecar.expirationSeconds", "may not specify a duration less than 10 minutes");
+    }
+    if (const auto r = ts["resources"]) {
+      const std::string k = "tokenSidecar.resources";
+      WISP_RETURN_IF_ERROR(CheckKeys(r, k, {"cpuRequest", "cpuLimit", "memoryRequest",
+                                            "memoryLimit", "ephemeralStorageRequest",
+                                            "ephemeralStorageLimit"}));
+      auto& sr = p.sidecar_resources;
+      WISP_RETURN_IF_ERROR(ReadQuantity(r["cpuRequest"], k + ".cpuRequest", &sr.cpu_request));
+      WISP_RETURN_IF_ERROR(ReadQuantity(r["cpuLimit"], k + ".cpuLimit", &sr.cpu_limit));
+      WISP_RETURN_IF_ERROR(
+          ReadQuantity(r["memoryRequest"], k + ".memoryRequest", &sr.memory_request));
+      WISP_RETURN_IF_ERROR(ReadQuantity(r["memoryLimit"], k + ".memoryLimit", &sr.memory_limit));
+      WISP_RETURN_IF_ERROR(ReadQuantity(r["ephemeralStorageRequest"],
+                                        k + ".ephemeralStorageRequest",
+                                        &sr.ephemeral_storage_request));
+      WISP_RETURN_IF_ERROR(ReadQuantity(r["ephemeralStorageLimit"], k + ".ephemeralStorageLimit",
+                                        &sr.ephemeral_storage_limit));
+    }
+  }
+  if (p.token_expiration_seconds > p.max_token_lifetime_seconds) {
+    return Bad("tokenSidecar.expirationSeconds", "exceeds maxTokenLifetime");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Policy> ParsePolicyYaml(std::string_view yaml) {
+  Policy policy;
+  try {
+    YAML::Node root = YAML::Load(std::string(yaml));
+    WISP_RETURN_IF_ERROR(Parse(root, policy));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(std::string("policy is not valid YAML: ") + e.what());
+  }
+  return policy;
+}
+
+absl::StatusOr<Policy> LoadPolicyFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("policy file " + path + " cannot be read");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  auto policy = ParsePolicyYaml(buf.str());
+  if (!policy.ok()) return Annotate(policy.status(), path);
+  return policy;
+}
+
+const std::vector<std::string>* AllowedAudiences(const Policy& policy, std::string_view ns) {
+  auto it = policy.audiences.find(std::string(ns));
+  if (it != policy.audiences.end()) return &it->second;
+  it = policy.audiences.find("*");
+  if (it != policy.audiences.end()) return &it->second;
+  return nullptr;
+}
+
+bool AudienceAllowed(const Policy& policy, std::string_view ns, std::string_view audience) {
+  if (audience.empty()) return true;
+  const auto* list = AllowedAudiences(policy, ns);
+  if (list == nullptr) return true;
+  for (const auto& a : *list) {
+    if (a == audience) return true;
+  }
+  return false;
+}
+
+std::string_view NativeSidecarModeName(NativeSidecarMode mode) {
+  switch (mode) {
+    case NativeSidecarMode::kAuto:
+      return "auto";
+    case NativeSidecarMode::kOn:
+      return "on";
+    case NativeSidecarMode::kOff:
+      return "off";
+  }
+  return "auto";
+}
+
+std::string_view TokenVolumeForName(TokenVolumeFor mode) {
+  return mode == TokenVolumeFor::kAll ? "all" : "hostNetwork";
+}
+
+}  // namespace wisp::policy

@@ -1,0 +1,73 @@
+#pragma once
+// wisp-policy's configuration: which rules run and the values they use, read from a YAML file.
+//
+// Contract:
+//   - ParsePolicyYaml accepts the documented keys only (config.example.yaml lists them all); an
+//     unknown key, a wrong type or a bad value is InvalidArgument naming the key
+//     ("tokenSidecar.nativeSidecar: \"maybe\" is not one of auto, on, off").
+//   - Defaults (an empty file) are the upstream ones: every rule on, sidecar 250m/256Mi/5Gi,
+//     native sidecar auto (>= 1.29), token volume only for hostNetwork pods, audience "wisp",
+//     3600 s tokens, 24 h maximum lifetime, no audience restriction.
+//   - AllowedAudiences: the namespace's list, else the "*" list, else nullptr (unrestricted).
+//
+// Example:
+//   WISP_ASSIGN_OR_RETURN(policy::Policy p, policy::LoadPolicyFile("/etc/wisp/policy.yaml"));
+//   if (!policy::AudienceAllowed(p, "ml", "sts.amazonaws.com")) ...
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wisp/status/status.hpp"
+
+namespace wisp::policy {
+
+enum class NativeSidecarMode { kAuto, kOn, kOff };
+enum class TokenVolumeFor { kHostNetwork, kAll };
+
+struct SidecarResources {
+  std::string cpu_request = "250m";
+  std::string cpu_limit = "250m";
+  std::string memory_request = "256Mi";
+  std::string memory_limit = "256Mi";
+  std::string ephemeral_storage_request = "5Gi";
+  std::string ephemeral_storage_limit = "5Gi";
+};
+
+struct RuleSwitches {
+  bool token_sidecar = true;        // a: sidecar + wisp-sa-token for annotated pods
+  bool vmi_token_volumes = true;    // b: VirtualMachineInstance token volumes
+  bool virt_launcher = true;        // c: virt-launcher pods from the recorded VMI
+  bool data_volumes = true;         // d: CDI DataVolumes
+  bool pvc_sources = true;          // e: PVCs and wisp.dev VolumeImportSource
+  bool pod_token_audiences = true;  // f: projected token audiences vs the namespace allow-list
+};
+
+struct Policy {
+  RuleSwitches rules;
+  // Namespace (or "*" for every other namespace) -> audiences its tokens may carry.
+  std::map<std::string, std::vector<std::string>> audiences;
+  // Longest token lifetime any rule admits; Kubernetes' own 2^32 s limit always applies too.
+  int64_t max_token_lifetime_seconds = 86400;
+  std::string sidecar_image = "ghcr.io/wisp-dev/wisp-sidecar:0.1.0";
+  std::string sidecar_sts_url;  // passed as --sts-url when set
+  SidecarResources sidecar_resources;
+  NativeSidecarMode native_sidecar = NativeSidecarMode::kAuto;
+  TokenVolumeFor token_volume_for = TokenVolumeFor::kHostNetwork;
+  std::string token_audience = "wisp";  // wisp-sa-token audience without identityProvider
+  int64_t token_expiration_seconds = 3600;
+};
+
+absl::StatusOr<Policy> ParsePolicyYaml(std::string_view yaml);
+absl::StatusOr<Policy> LoadPolicyFile(const std::string& path);
+
+// nullptr when the namespace is unrestricted.
+const std::vector<std::string>* AllowedAudiences(const Policy& policy, std::string_view ns);
+// An empty audience means the API server's own audiences and is always allowed.
+bool AudienceAllowed(const Policy& policy, std::string_view ns, std::string_view audience);
+
+std::string_view NativeSidecarModeName(NativeSidecarMode mode);
+std::string_view TokenVolumeForName(TokenVolumeFor mode);
+
+}  // namespace wisp::policy

@@ -1,0 +1,132 @@
+#pragma once
+// wisp-policy's admission rules as pure functions: (object, policy) -> Verdict.
+//
+// Contract:
+//   - No rule does I/O. Rules that need remembered state (the recorded VMI, an admitted
+//     VolumeImportSource) read it through a RecordLookup; rules that remember something return
+//     KvWrite entries, which PolicyService applies unless the request is a dry run.
+//   - A mutating rule returns the patch (RFC 6902, from k8s::Diff) and the mutated object; running
+//     it again on its own output yields an empty patch (reinvocation-safe).
+//   - A denial is a result (allowed=false, message, code), not an error. `error` is set only when
+//     a lookup failed; the gateway's failure mode then answers.
+//   - Messages reproduce the upstream texts (KubeVirt, Kubernetes, CDI, GCSFuse) where they exist.
+//     Several causes are joined with ", " as KubeVirt's ToAdmissionResponse does.
+//
+// Example:
+//   WISP_ASSIGN_OR_RETURN(policy::AdmissionInput in, policy::AdmissionInput::FromCall(call));
+//   policy::Verdict v = policy::EvaluateTokenSidecar(in, policy);
+//   if (v.allowed) ... v.patch ...
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "policy/src/policy.hpp"
+#include "wisp/k8s/json.hpp"
+#include "wisp/v1/admission.pb.h"
+
+namespace wisp::policy {
+
+// Rule names (label `rule` of wisp_policy_rule_decisions_total).
+inline constexpr std::string_view kRuleTokenSidecar = "token_sidecar";
+inline constexpr std::string_view kRuleVmiTokenVolumes = "vmi_token_volumes";
+inline constexpr std::string_view kRuleVirtLauncher = "virt_launcher";
+inline constexpr std::string_view kRuleDataVolumes = "data_volumes";
+inline constexpr std::string_view kRulePvcSources = "pvc_sources";
+inline constexpr std::string_view kRulePodTokenAudiences = "pod_token_audiences";
+// Outcomes (label `outcome`).
+inline constexpr std::string_view kOutcomeAllowed = "allowed";    // looked, nothing to change
+inline constexpr std::string_view kOutcomeMutated = "mutated";    // allowed with a patch
+inline constexpr std::string_view kOutcomeDenied = "denied";
+inline constexpr std::string_view kOutcomeSkipped = "skipped";    // not for this object
+inline constexpr std::string_view kOutcomeDisabled = "disabled";  // switched off by policy
+inline constexpr std::string_view kOutcomeError = "error";
+
+// Names wisp injects and reads.
+inline constexpr std::string_view kSidecarAnnotation = "wisp.dev/token-sidecar";
+inline constexpr std::string_view kNativeSidecarAnnotation = "wisp.dev/enable-native-sidecar";
+inline constexpr std::string_view kResourceAnnotationPrefix = "wisp.dev/sidecar-";
+inline constexpr std::string_view kSidecarName = "wisp-sidecar";
+inline constexpr std::string_view kSocketVolume = "wisp-token-socket";
+inline constexpr std::string_view kSocketDir = "/var/run/wisp";
+inline constexpr std::string_view kTokenUrlEnv = "WISP_TOKEN_URL";
+inline constexpr std::string_view kTokenUrl = "unix:///var/run/wisp/token.sock";
+inline constexpr std::string_view kTokenVolume = "wisp-sa-token";
+inline constexpr std::string_view kTokenDir = "/var/run/wisp-sa-token";
+inline constexpr std::string_view kWispCsiDriver = "csi.wisp.dev";
+inline constexpr std::string_view kWispGroup = "wisp.dev";
+inline constexpr std::string_view kVirtiofsSocketDir = "/var/run/kubevirt/virtiofs-containers";
+inline constexpr std::string_view kVirtiofsVolume = "virtiofs-containers";
+
+struct KvWrite {
+  std::string bucket;
+  std::string key;
+  std::string value;  // serialized proto (VmiTokenRecord / PopulationRecord)
+  bool erase = false;
+};
+
+struct Verdict {
+  bool allowed = true;
+  k8s::Json patch = k8s::Json::array();
+  std::optional<k8s::Json> mutated;  // the object after the patch (mutating rules)
+  std::vector<std::string> warnings;
+  std::string message;
+  int32_t code = 0;
+  std::string reason;
+  std::map<std::string, std::string> audit_annotations;
+  std::map<std::string, std::string> rule_outcomes;
+  std::vector<KvWrite> writes;
+  absl::Status error = absl::OkStatus();
+};
+
+// Reads a KV record: nullopt when absent; an error Status when the store did not answer.
+using RecordLookup = std::function<absl::StatusOr<std::optional<std::string>>(
+    std::string_view bucket, std::string_view key)>;
+
+struct AdmissionInput {
+  v1::AdmissionCall call;
+  k8s::Json object;      // null for DELETE
+  k8s::Json old_object;  // null for CREATE
+  int64_t now_unix = 0;
+
+  // Parses the call's object JSON; InvalidArgument naming object_json/old_object_json.
+  static absl::StatusOr<AdmissionInput> FromCall(const v1::AdmissionCall& call,
+                                                 int64_t now_unix = 0);
+  // The object's namespace: the call's, else metadata.namespace.
+  std::string Namespace() const;
+  std::string Name() const;
+  bool Is(std::string_view group, std::string_view kind) const;
+};
+
+// Keys of the KV records (see PopulationRecord / VmiTokenRecord in admission.proto).
+std::string VmiRecordKey(std::string_view ns, std::string_view vmi);
+std::string SourceRecordKey(std::string_view ns, std::string_view kind, std::string_view name);
+
+// a. Token sidecar for pods annotated wisp.dev/token-sidecar (mutating).
+Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy);
+// b. VirtualMachineInstance token volumes (validating; records allowed VMIs).
+Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy);
+// c. virt-launcher pods from the recorded VMI (mutating; fail-open without a record).
+Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
+                             const RecordLookup& lookup);
+// d. CDI DataVolumes (validating; records the population spec on CREATE).
+Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy);
+// e. PersistentVolumeClaims and wisp.dev/v1alpha1 VolumeImportSources (validating; records).
+Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup);
+Verdict EvaluateVolumeImportSource(const AdmissionInput& in, const Policy& policy);
+// f. Any pod's projected serviceAccountToken audiences and lifetimes (validating).
+Verdict EvaluatePodTokenAudiences(const AdmissionInput& in, const Policy& policy);
+
+// Every rule that applies to the call on the mutate or validate path, combined: mutations are
+// chained (each rule sees the previous one's output) and diffed once against the original; the
+// first denial wins; warnings, audit annotations, outcomes and writes are merged.
+Verdict EvaluateMutate(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup);
+Verdict EvaluateValidate(const AdmissionInput& in, const Policy& policy,
+                         const RecordLookup& lookup);
+
+// Verdict -> the bus reply body.
+v1::AdmissionVerdict ToProto(const Verdict& verdict);
+
+}  // namespace wisp::policy

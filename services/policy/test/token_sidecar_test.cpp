@@ -1,0 +1,262 @@
+#include <gtest/gtest.h>
+
+#include "policy/src/rules.hpp"
+#include "test/test_util.hpp"
+#include "wisp/k8s/objects.hpp"
+
+namespace wisp::policy {
+namespace {
+
+using k8s::Json;
+using testing::Apply;
+using testing::Pod;
+using testing::Rerun;
+
+std::string LoaderPod(bool host_network, const std::string& annotations =
+                                             R"("wisp.dev/token-sidecar": "true")") {
+  return R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"loader","namespace":"ml",
+    "annotations":{)" + annotations + R"(}},
+    "spec":{"hostNetwork":)" + (host_network ? "true" : "false") + R"(,
+      "serviceAccountName":"loader",
+      "containers":[{"name":"main","image":"loader:1","volumeMounts":[{"name":"data","mountPath":"/data"}]}],
+      "volumes":[{"name":"data","csi":{"driver":"csi.wisp.dev","volumeAttributes":{"bucket":"b"}}}]}})";
+}
+
+// Tests that a hostNetwork pod gets the native sidecar, the socket and the projected token volume,
+// that the patch reproduces exactly that object, and that a second run adds nothing.
+TEST(TokenSidecarTest, InjectsIntoHostNetworkPodAndIsReinvocationSafe) {
+  Policy policy;
+  auto in = Pod(LoaderPod(true), "ml", "1.30");
+  Verdict v = EvaluateTokenSidecar(in, policy);
+  ASSERT_TRUE(v.allowed) << v.message;
+  EXPECT_EQ(v.rule_outcomes.at("token_sidecar"), "mutated");
+  Json out = Apply(in, v);
+
+  Json expected_sidecar = Json::parse(R"({
+    "name":"wisp-sidecar","image":"ghcr.io/wisp-dev/wisp-sidecar:0.1.0","imagePullPolicy":"IfNotPresent",
+    "args":["--token-socket=/var/run/wisp/token.sock","--token-file=/var/run/wisp-sa-token/token",
+            "--host-network=true"],
+    "env":[{"name":"NATIVE_SIDECAR","value":"TRUE"}],
+    "restartPolicy":"Always",
+    "resources":{"requests":{"cpu":"250m","memory":"256Mi","ephemeral-storage":"5Gi"},
+                 "limits":{"cpu":"250m","memory":"256Mi","ephemeral-storage":"5Gi"}},
+    "securityContext":{"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,
+      "capabilities":{"drop":["ALL"]},"seccompProfile":{"type":"RuntimeDefault"},
+      "runAsNonRoot":true,"runAsUser":65534,"runAsGroup":65534},
+    "volumeMounts":[{"name":"wisp-token-socket","mountPath":"/var/run/wisp"},
+                    {"name":"wisp-sa-token","mountPath":"/var/run/wisp-sa-token","readOnly":true}]})");
+  EXPECT_EQ(out["spec"]["initContainers"], Json::array({expected_sidecar}));
+  EXPECT_EQ(out["spec"]["volumes"], Json::parse(R"([
+    {"name":"wisp-token-socket","emptyDir":{"medium":"Memory"}},
+    {"name":"wisp-sa-token","projected":{"sources":[{"serviceAccountToken":
+      {"audience":"wisp","expirationSeconds":3600,"path":"token"}}]}},
+    {"name":"data","csi":{"driver":"csi.wisp.dev","volumeAttributes":{"bucket":"b"}}}])"));
+  EXPECT_EQ(out["spec"]["containers"], Json::parse(R"([{"name":"main","image":"loader:1",
+    "volumeMounts":[{"name":"data","mountPath":"/data"},{"name":"wisp-token-socket","mountPath":"/var/run/wisp"}],
+    "env":[{"name":"WISP_TOKEN_URL","value":"unix:///var/run/wisp/token.sock"}]}])"));
+  EXPECT_EQ(v.audit_annotations.at("token-sidecar"), "wisp-sidecar (native sidecar)");
+  EXPECT_EQ(v.audit_annotations.at("token-volume"), "wisp-sa-token audience=wisp");
+
+  Verdict again = EvaluateTokenSidecar(Rerun(in, out), policy);
+  EXPECT_TRUE(again.allowed);
+  EXPECT_TRUE(again.patch.empty()) << again.patch.dump();
+  EXPECT_EQ(again.message, "The sidecar container was injected, no injection required.");
+}
+
+// Tests the annotation handling: absent or false leaves the pod alone, other values are denied.
+TEST(TokenSidecarTest, StrictAnnotationValues) {
+  struct Case {
+    std::string annotations;
+    bool allowed;
+    bool patched;
+    std::string message;
+  } cases[] = {
+      {R"("other":"x")", true, false,
+       "The annotation key \"wisp.dev/token-sidecar\" is not found, no injection required."},
+      {R"("wisp.dev/token-sidecar":"false")", true, false,
+       "The annotation key \"wisp.dev/token-sidecar\" is false, no injection required."},
+      {R"("wisp.dev/token-sidecar":"False")", true, false,
+       "The annotation key \"wisp.dev/token-sidecar\" is false, no injection required."},
+      {R"("wisp.dev/token-sidecar":"True")", true, true, ""},
+      {R"("wisp.dev/token-sidecar":"yes")", false, false,
+       "the acceptable values for \"wisp.dev/token-sidecar\" are 'True', 'true', 'false' or "
+       "'False'"},
+      {R"("wisp.dev/token-sidecar":"TRUE")", false, false,
+       "the acceptable values for \"wisp.dev/token-sidecar\" are 'True', 'true', 'false' or "
+       "'False'"},
+      {R"("wisp.dev/token-sidecar":"true","wisp.dev/enable-native-sidecar":"0")", false, false,
+       "the acceptable values for \"wisp.dev/enable-native-sidecar\" are 'True', 'true', "
+       "'false' or 'False'"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.annotations);
+    auto in = Pod(LoaderPod(true, c.annotations), "ml");
+    Verdict v = EvaluateTokenSidecar(in, Policy{});
+    EXPECT_EQ(v.allowed, c.allowed);
+    EXPECT_EQ(!v.patch.empty(), c.patched);
+    EXPECT_EQ(v.message, c.message);
+    if (!c.allowed) {
+      EXPECT_EQ(v.code, 400);
+    }
+  }
+}
+
+// Tests that without hostNetwork the default policy changes nothing and says why; "all" injects.
+TEST(TokenSidecarTest, NonHostNetworkPodsFollowTokenVolumeFor) {
+  auto in = Pod(LoaderPod(false), "ml");
+  Verdict v = EvaluateTokenSidecar(in, Policy{});
+  EXPECT_TRUE(v.allowed);
+  EXPECT_TRUE(v.patch.empty());
+  ASSERT_EQ(v.warnings.size(), 1u);
+  EXPECT_EQ(v.warnings[0],
+            "wisp: pod does not use hostNetwork, so it is left unchanged: the token sidecar and "
+            "the projected token volume wisp-sa-token are injected only into hostNetwork pods "
+            "(policy tokenSidecar.tokenVolumeFor: hostNetwork)");
+  Policy all;
+  all.token_volume_for = TokenVolumeFor::kAll;
+  Verdict w = EvaluateTokenSidecar(in, all);
+  Json out = Apply(in, w);
+  EXPECT_EQ(out["spec"]["initContainers"][0]["args"][2], "--host-network=false");
+  EXPECT_NE(k8s::FindNamed(out["spec"]["volumes"], "wisp-sa-token"), nullptr);
+}
+
+// Tests where the sidecar goes for each server version, mode and annotation.
+TEST(TokenSidecarTest, NativeSidecarSelection) {
+  struct Case {
+    std::string version;
+    NativeSidecarMode mode;
+    std::string extra_annotation;
+    bool native;
+    size_t warnings;
+  } cases[] = {
+      {"1.28", NativeSidecarMode::kAuto, "", false, 0},
+      {"1.29", NativeSidecarMode::kAuto, "", true, 0},
+      {"v1.31.2", NativeSidecarMode::kAuto, "", true, 0},
+      {"1.29+", NativeSidecarMode::kAuto, "", true, 0},
+      {"2.0", NativeSidecarMode::kAuto, "", true, 0},
+      {"", NativeSidecarMode::kAuto, "", false, 1},
+      {"1.20", NativeSidecarMode::kOn, "", true, 0},
+      {"1.30", NativeSidecarMode::kOff, "", false, 0},
+      {"1.30", NativeSidecarMode::kAuto, R"(,"wisp.dev/enable-native-sidecar":"false")", false, 0},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.version + " " + std::string(NativeSidecarModeName(c.mode)) +
+                 c.extra_annotation);
+    Policy policy;
+    policy.native_sidecar = c.mode;
+    auto in = Pod(LoaderPod(true, R"("wisp.dev/token-sidecar":"true")" + c.extra_annotation), "ml",
+                  c.version);
+    Verdict v = EvaluateTokenSidecar(in, policy);
+    Json out = Apply(in, v);
+    EXPECT_EQ(v.warnings.size(), c.warnings);
+    if (c.native) {
+      EXPECT_EQ(out["spec"]["initContainers"][0]["name"], "wisp-sidecar");
+      EXPECT_EQ(out["spec"]["initContainers"][0]["restartPolicy"], "Always");
+      EXPECT_EQ(out["spec"]["containers"].size(), 1u);
+    } else {
+      EXPECT_FALSE(out["spec"].contains("initContainers"));
+      EXPECT_EQ(out["spec"]["containers"][0]["name"], "wisp-sidecar");
+      EXPECT_FALSE(out["spec"]["containers"][0].contains("restartPolicy"));
+      EXPECT_FALSE(out["spec"]["containers"][0].contains("env"));
+      // The app container (now second) still gets the socket and the URL.
+      EXPECT_EQ(out["spec"]["containers"][1]["env"][0]["name"], "WISP_TOKEN_URL");
+    }
+  }
+}
+
+// Tests that the sidecar goes right after istio-proxy.
+TEST(TokenSidecarTest, InsertsAfterIstioProxy) {
+  auto in = Pod(R"({"metadata":{"name":"p","annotations":{"wisp.dev/token-sidecar":"true"}},
+    "spec":{"hostNetwork":true,"initContainers":[{"name":"istio-proxy","image":"i"},{"name":"init","image":"x"}],
+    "containers":[{"name":"app","image":"a"}]}})");
+  Verdict v = EvaluateTokenSidecar(in, Policy{});
+  Json out = Apply(in, v);
+  ASSERT_EQ(out["spec"]["initContainers"].size(), 3u);
+  EXPECT_EQ(out["spec"]["initContainers"][0]["name"], "istio-proxy");
+  EXPECT_EQ(out["spec"]["initContainers"][1]["name"], "wisp-sidecar");
+  EXPECT_EQ(out["spec"]["initContainers"][2]["name"], "init");
+}
+
+// Tests GCSFuse's resource defaulting rules through the annotations ("0" means unlimited).
+TEST(TokenSidecarTest, ResourceAnnotations) {
+  struct Case {
+    std::string annotations;
+    std::string resources;  // expected sidecar resources; "" = denied
+    std::string message;
+  } cases[] = {
+      {"", R"({"requests":{"cpu":"250m","memory":"256Mi","ephemeral-storage":"5Gi"},
+               "limits":{"cpu":"250m","memory":"256Mi","ephemeral-storage":"5Gi"}})", ""},
+      {R"(,"wisp.dev/sidecar-cpu-limit":"0")",
+       R"({"requests":{"cpu":"250m","memory":"256Mi","ephemeral-storage":"5Gi"},
+           "limits":{"memory":"256Mi","ephemeral-storage":"5Gi"}})", ""},
+      {R"(,"wisp.dev/sidecar-cpu-request":"1")",
+       R"({"requests":{"cpu":"1","memory":"256Mi","ephemeral-storage":"5Gi"},
+           "limits":{"cpu":"1","memory":"256Mi","ephemeral-storage":"5Gi"}})", ""},
+      {R"(,"wisp.dev/sidecar-memory-limit":"1Gi")",
+       R"({"requests":{"cpu":"250m","memory":"1Gi","ephemeral-storage":"5Gi"},
+           "limits":{"cpu":"250m","memory":"1Gi","ephemeral-storage":"5Gi"}})", ""},
+      {R"(,"wisp.dev/sidecar-memory-request":"0","wisp.dev/sidecar-memory-limit":"0",
+          "wisp.dev/sidecar-ephemeral-storage-request":"1Gi","wisp.dev/sidecar-ephemeral-storage-limit":"0")",
+       R"({"requests":{"cpu":"250m","ephemeral-storage":"1Gi"},"limits":{"cpu":"250m"}})", ""},
+      {R"(,"wisp.dev/sidecar-cpu-request":"lots")", "",
+       "failed to parse sidecar container resource allocation from pod annotation "
+       "\"wisp.dev/sidecar-cpu-request\": quantities must match the regular expression "
+       "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"},
+      {R"(,"wisp.dev/sidecar-cpu-request":"2","wisp.dev/sidecar-cpu-limit":"500m")", "",
+       "sidecar container cpu request 2 must be less than or equal to its limit 500m "
+       "(\"wisp.dev/sidecar-cpu-request\", \"wisp.dev/sidecar-cpu-limit\")"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.annotations);
+    auto in = Pod(LoaderPod(true, R"("wisp.dev/token-sidecar":"true")" + c.annotations), "ml");
+    Verdict v = EvaluateTokenSidecar(in, Policy{});
+    if (c.resources.empty()) {
+      EXPECT_FALSE(v.allowed);
+      EXPECT_EQ(v.message, c.message);
+      EXPECT_TRUE(v.patch.empty());
+      continue;
+    }
+    ASSERT_TRUE(v.allowed) << v.message;
+    Json out = Apply(in, v);
+    EXPECT_EQ(out["spec"]["initContainers"][0]["resources"], Json::parse(c.resources));
+  }
+}
+
+// Tests the token audience: the wisp volume's identityProvider wins over the policy default, and
+// an audience the namespace may not use is denied.
+TEST(TokenSidecarTest, AudienceFromIdentityProviderAndAllowList) {
+  const std::string pod = R"({"metadata":{"name":"p","annotations":{"wisp.dev/token-sidecar":"true"}},
+    "spec":{"hostNetwork":true,"containers":[{"name":"app","image":"a"}],
+    "volumes":[{"name":"v","csi":{"driver":"csi.wisp.dev","volumeAttributes":{"identityProvider":"https://idp.example"}}},
+               {"name":"claim","persistentVolumeClaim":{"claimName":"wisp-pvc"}}]}})";
+  auto in = Pod(pod, "ml");
+  Verdict v = EvaluateTokenSidecar(in, Policy{});
+  Json out = Apply(in, v);
+  EXPECT_EQ(out["spec"]["volumes"][1]["projected"]["sources"][0]["serviceAccountToken"]["audience"],
+            "https://idp.example");
+  EXPECT_EQ(out["spec"]["initContainers"].size(), 1u);  // one sidecar for both volumes
+  EXPECT_EQ(out["spec"]["initContainers"][0]["args"][3], "--identity-provider=https://idp.example");
+
+  Policy restricted;
+  restricted.audiences["ml"] = {"wisp"};
+  Verdict denied = EvaluateTokenSidecar(in, restricted);
+  EXPECT_FALSE(denied.allowed);
+  EXPECT_EQ(denied.message,
+            "spec.volumes[wisp-sa-token].projected.sources[0].serviceAccountToken.audience: "
+            "Forbidden: audience \"https://idp.example\" is not allowed in namespace \"ml\" "
+            "(allowed: \"wisp\")");
+}
+
+// Tests that only CREATE of a Pod is mutated and that a disabled rule does nothing.
+TEST(TokenSidecarTest, OnlyPodCreate) {
+  auto update = testing::Input("", "Pod", "UPDATE", LoaderPod(true), "ml");
+  EXPECT_EQ(EvaluateTokenSidecar(update, Policy{}).rule_outcomes.at("token_sidecar"), "skipped");
+  Policy off;
+  off.rules.token_sidecar = false;
+  Verdict v = EvaluateTokenSidecar(Pod(LoaderPod(true), "ml"), off);
+  EXPECT_TRUE(v.patch.empty());
+  EXPECT_EQ(v.rule_outcomes.at("token_sidecar"), "disabled");
+}
+
+}  // namespace
+}  // namespace wisp::policy
