@@ -1,0 +1,123 @@
+#include "exchanger.hpp"
+
+#include <sstream>
+
+#include "wisp/log/log.hpp"
+
+namespace wisp::token {
+namespace {
+
+std::vector<std::string> SplitScopes(const std::string& scope) {
+  std::vector<std::string> out;
+  std::istringstream in(scope);
+  for (std::string s; in >> s;) out.push_back(s);
+  return out;
+}
+
+}  // namespace
+
+Exchanger::Exchanger(const Reviewer& reviewer, const Issuer& issuer, const Policy& policy,
+                     Clock& clock, TokenMetrics& metrics)
+    : reviewer_(reviewer), issuer_(issuer), policy_(policy), clock_(clock), metrics_(metrics) {}
+
+absl::StatusOr<nlohmann::json> Exchanger::VerifySubject(std::string_view token) const {
+  auto decoded = jwt::Decode(token);
+  if (!decoded.ok()) return decoded.status();
+  const std::string iss = decoded->claims.value("iss", "");
+  if (iss == issuer_.issuer()) {
+    WISP_ASSIGN_OR_RETURN(auto v, reviewer_.Verify(token, policy_.subject_audiences));
+    return v.claims;
+  }
+  for (const auto& t : policy_.trusted_issuers) {
+    if (t.issuer != iss) continue;
+    jwt::VerifyOptions opts;
+    opts.issuer = t.issuer;
+    opts.audiences = t.audiences;
+    opts.now_unix = clock_.NowUnixSeconds();
+    opts.leeway = reviewer_.leeway();
+    WISP_ASSIGN_OR_RETURN(auto v, jwt::Verify(token, t.keys, opts));
+    return v.claims;
+  }
+  return absl::UnauthenticatedError("subject token issuer is not trusted");
+}
+
+v1::ExchangeResponse Exchanger::Exchange(const v1::ExchangeRequest& req) const {
+  v1::ExchangeResponse resp;
+  const auto fail = [&](std::string_view code, std::string description, int status = 400) {
+    metrics_.Exchange(code).Increment();
+    v1::ExchangeResponse r;
+    r.set_error(std::string(code));
+    r.set_error_description(std::move(description));
+    r.set_http_status(status);
+    if (!resp.subject().empty()) r.set_subject(resp.subject());
+    return r;
+  };
+  if (req.grant_type().empty()) return fail("invalid_request", "grant_type is required");
+  if (req.grant_type() != kGrantTokenExchange) {
+    return fail("unsupported_grant_type", "grant_type must be " + std::string(kGrantTokenExchange));
+  }
+  if (req.subject_token().empty()) return fail("invalid_request", "subject_token is required");
+  if (req.subject_token_type() != kTokenTypeJwt && req.subject_token_type() != kTokenTypeIdToken) {
+    return fail("invalid_request", "subject_token_type must be " + std::string(kTokenTypeJwt));
+  }
+  if (!req.requested_token_type().empty() && req.requested_token_type() != kTokenTypeAccessToken) {
+    return fail("invalid_request",
+                "requested_token_type must be " + std::string(kTokenTypeAccessToken));
+  }
+  if (req.audience().empty()) return fail("invalid_request", "audience is required");
+
+  auto claims = VerifySubject(req.subject_token());
+  if (!claims.ok()) {
+    return fail("invalid_grant", "subject_token: " + std::string(claims.status().message()));
+  }
+  auto subject = SubjectFromClaims(*claims);
+  if (!subject.ok()) {
+    return fail("invalid_grant", "subject_token: " + std::string(subject.status().message()));
+  }
+  const std::string sub = claims->value("sub", "");
+  const std::string subject_iss = claims->value("iss", "");
+  resp.set_subject(subject_iss + " " + sub);
+
+  const std::vector<std::string> scopes = SplitScopes(req.scope());
+  bool audience_ok = false;
+  const ExchangeRule* granted = nullptr;
+  for (const auto& rule : policy_.exchange_rules) {
+    if (rule.namespace_name != "*" && rule.namespace_name != subject->namespace_()) continue;
+    if (!Matches(rule.service_accounts, subject->service_account())) continue;
+    if (!Matches(rule.audiences, req.audience())) continue;
+    audience_ok = true;
+    bool all = true;
+    for (const auto& s : scopes) all = all && Matches(rule.scopes, s);
+    if (all) {
+      granted = &rule;
+      break;
+    }
+  }
+  if (!audience_ok) {
+    return fail("invalid_target", "audience \"" + req.audience() + "\" is not allowed for " + sub);
+  }
+  if (granted == nullptr) return fail("invalid_scope", "scope is not allowed for " + sub);
+
+  nlohmann::json access = {{"sub", sub},
+                           {"aud", nlohmann::json::array({req.audience()})},
+                           {"wisp.dev/subject_issuer", subject_iss}};
+  if (!scopes.empty()) access["scope"] = req.scope();
+  auto alg = issuer_.AlgorithmFor("");
+  auto signed_token =
+      issuer_.SignClaims(std::move(access), policy_.access_token_lifetime_seconds, *alg);
+  if (!signed_token.ok()) {
+    SPDLOG_LOGGER_ERROR(log::Get("exchange"), "signing access token: {}",
+                        signed_token.status().ToString());
+    return fail("server_error", "the access token could not be signed", 500);
+  }
+  metrics_.Exchange("ok").Increment();
+  resp.set_access_token(std::move(signed_token->token));
+  resp.set_issued_token_type(std::string(kTokenTypeAccessToken));
+  resp.set_token_type("Bearer");
+  resp.set_expires_in(signed_token->exp - signed_token->iat);
+  resp.set_scope(req.scope());
+  resp.set_http_status(200);
+  return resp;
+}
+
+}  // namespace wisp::token

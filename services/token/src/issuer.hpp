@@ -1,0 +1,68 @@
+#pragma once
+// Issuer: Kubernetes-shaped service-account tokens (wisp.v1.token.issue) and the signing of any
+// wisp token (the Exchanger's access tokens go through SignClaims).
+//
+// Contract:
+//   - Claims as kube-apiserver shapes them: iss, sub "system:serviceaccount:<ns>:<sa>", aud (list),
+//     exp, iat, nbf (= iat), jti, and "kubernetes.io": {namespace, serviceaccount {name, uid},
+//     pod {name, uid} (when bound to a pod), node {name} (when given)}.
+//   - expirationSeconds: 0 means 3600; < 600 and > 2^32 are refused with Kubernetes' messages;
+//     otherwise capped by the namespace's (then the global) maxExpirationSeconds.
+//   - Audiences: empty means the policy's defaultAudiences; every audience must be allowed for
+//     the namespace (policy), else PermissionDenied naming it.
+//   - Errors are InvalidArgument / PermissionDenied with a message naming the field; each counts
+//     in wisp_token_issue_errors_total{reason}.
+//   - Thread-safe; no per-request key parsing (keys come from KeyManager's snapshot).
+//
+// Example:
+//   Issuer issuer(keys, policy, clock, metrics, {.issuer = "https://wisp.example"});
+//   WISP_ASSIGN_OR_RETURN(v1::IssueResponse resp, issuer.Issue(request));
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "key_manager.hpp"
+#include "metrics.hpp"
+#include "policy.hpp"
+#include "wisp/status/clock.hpp"
+#include "wisp/v1/token.pb.h"
+
+namespace wisp::token {
+
+struct Signed {
+  std::string token;
+  std::string kid;
+  int64_t iat = 0;
+  int64_t exp = 0;
+};
+
+class Issuer {
+ public:
+  struct Options {
+    std::string issuer;
+    jwt::Algorithm default_algorithm = jwt::Algorithm::kRS256;
+  };
+  Issuer(const KeyManager& keys, const Policy& policy, Clock& clock, TokenMetrics& metrics,
+         Options options);
+
+  absl::StatusOr<v1::IssueResponse> Issue(const v1::IssueRequest& request) const;
+  // Adds iss, iat, nbf, exp (= iat + lifetime) and jti to `claims` and signs them.
+  absl::StatusOr<Signed> SignClaims(nlohmann::json claims, int64_t lifetime_seconds,
+                                    jwt::Algorithm alg) const;
+  // The algorithm named by a request ("" = default).
+  absl::StatusOr<jwt::Algorithm> AlgorithmFor(std::string_view name) const;
+
+  const std::string& issuer() const { return options_.issuer; }
+
+ private:
+  const KeyManager& keys_;
+  const Policy& policy_;
+  Clock& clock_;
+  TokenMetrics& metrics_;
+  const Options options_;
+};
+
+// A random RFC 4122 version 4 UUID.
+std::string NewUuid();
+
+}  // namespace wisp::token

@@ -1,0 +1,83 @@
+#pragma once
+// The token policy: which audiences each namespace may request, how long tokens may live, which
+// external issuers the STS trusts, and which subjects may exchange for which audiences and scopes.
+//
+// YAML shape (every key optional):
+//   maxExpirationSeconds: 86400        # cap for issued tokens (requests above are capped, as
+//                                      # kube-apiserver's --service-account-max-token-expiration)
+//   defaultAudiences: [wisp]           # used when a request names no audience
+//   namespaces:                        # "*" applies to namespaces not listed
+//     ml: {audiences: [vault, sts.amazonaws.com], maxExpirationSeconds: 3600}
+//   exchange:
+//     accessTokenLifetimeSeconds: 3600
+//     subjectAudiences: [wisp-sts]     # a wisp-issued subject token must carry one of these
+//     rules:
+//       - {namespace: ml, serviceAccounts: [loader], audiences: [storage.wisp.dev],
+//          scopes: [https://www.googleapis.com/auth/cloud-platform]}
+//   trustedIssuers:
+//     - {issuer: https://kubernetes.default.svc, jwksFile: /etc/wisp/cluster-jwks.json,
+//        audiences: [wisp-sts]}
+//
+// A namespace that is not listed (and no "*") may not request any audience: deny by default.
+// "*" in serviceAccounts, audiences or scopes matches anything.
+//
+// Example:
+//   WISP_ASSIGN_OR_RETURN(Policy policy, Policy::FromFile("/etc/wisp/token-policy.yaml"));
+//   const NamespacePolicy* ns = policy.ForNamespace("ml");
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wisp/jwt/jws.hpp"
+#include "wisp/status/status.hpp"
+
+namespace wisp::token {
+
+inline constexpr int64_t kDefaultExpirationSeconds = 3600;
+inline constexpr int64_t kMinExpirationSeconds = 600;
+inline constexpr int64_t kMaxExpirationSeconds = int64_t{1} << 32;
+
+struct NamespacePolicy {
+  std::vector<std::string> audiences;
+  int64_t max_expiration_seconds = 0;  // 0 = the global cap
+};
+
+struct ExchangeRule {
+  std::string namespace_name;  // "*" = any
+  std::vector<std::string> service_accounts;
+  std::vector<std::string> audiences;
+  std::vector<std::string> scopes;
+};
+
+struct TrustedIssuer {
+  std::string issuer;
+  std::string jwks_file;
+  std::vector<std::string> audiences;  // the subject token must carry one of them
+  jwt::KeySet keys;                    // loaded from jwks_file
+};
+
+struct Policy {
+  int64_t max_expiration_seconds = 86400;
+  std::vector<std::string> default_audiences;
+  std::map<std::string, NamespacePolicy, std::less<>> namespaces;
+  int64_t access_token_lifetime_seconds = 3600;
+  std::vector<std::string> subject_audiences;
+  std::vector<ExchangeRule> exchange_rules;
+  std::vector<TrustedIssuer> trusted_issuers;
+
+  // InvalidArgument naming the YAML key (e.g. "namespaces.ml.audiences") on a bad value.
+  static absl::StatusOr<Policy> FromYaml(std::string_view yaml);
+  static absl::StatusOr<Policy> FromFile(const std::string& path);
+
+  const NamespacePolicy* ForNamespace(std::string_view ns) const;
+  // The longest lifetime any token signed by wisp may have (issued or exchanged): how long a
+  // retired key must stay in the JWKS.
+  int64_t LongestTokenSeconds() const;
+};
+
+// True when `value` is in `allowed` or `allowed` holds "*".
+bool Matches(const std::vector<std::string>& allowed, std::string_view value);
+
+}  // namespace wisp::token

@@ -1,0 +1,137 @@
+#include "token_service.hpp"
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "wisp/bus/proto.hpp"
+#include "wisp/bus/subjects.hpp"
+#include "wisp/log/log.hpp"
+
+namespace wisp::token {
+namespace {
+
+std::shared_ptr<spdlog::logger> Logger() {
+  static auto logger = log::Get("token");
+  return logger;
+}
+
+}  // namespace
+
+std::string OpenIdConfiguration(const std::string& issuer, const std::string& jwks_uri,
+                                const KeySnapshot& keys) {
+  std::set<std::string> algs;
+  for (const auto& [alg, key] : keys.active) algs.emplace(jwt::AlgorithmName(alg));
+  nlohmann::json doc = {{"issuer", issuer},
+                        {"jwks_uri", jwks_uri.empty() ? issuer + "/openid/v1/jwks" : jwks_uri},
+                        {"response_types_supported", {"id_token"}},
+                        {"subject_types_supported", {"public"}},
+                        {"id_token_signing_alg_values_supported", algs}};
+  return doc.dump();
+}
+
+v1::KeysResponse BuildKeysResponse(const std::string& issuer, const std::string& jwks_uri,
+                                   const KeySnapshot& keys) {
+  v1::KeysResponse resp;
+  resp.set_issuer(issuer);
+  resp.set_jwks_json(keys.jwks_json);
+  resp.set_openid_configuration_json(OpenIdConfiguration(issuer, jwks_uri, keys));
+  resp.set_generation(static_cast<int64_t>(keys.revision));
+  return resp;
+}
+
+TokenService::TokenService(bus::Subscriber& subscriber, bus::Publisher& publisher,
+                           KeyManager& keys, const Issuer& issuer, const Reviewer& reviewer,
+                           const Exchanger& exchanger, Options options)
+    : subscriber_(subscriber), publisher_(publisher), keys_(keys), issuer_(issuer),
+      reviewer_(reviewer), exchanger_(exchanger), options_(std::move(options)) {}
+
+TokenService::~TokenService() { Stop(); }
+
+absl::Status TokenService::Start() {
+  keys_.OnChange([this](const KeySnapshot& snap) { PublishKeys(snap); });
+  const int workers = std::max(1, options_.workers);
+  const auto serve = [&](std::string_view subject, int n,
+                         bus::Reply (TokenService::*handler)(const bus::Request&) const) {
+    for (int i = 0; i < n; ++i) {
+      auto sub = subscriber_.Serve(subject, bus::queues::kToken,
+                                   [this, handler](const bus::Request& r) {
+                                     log::ScopedRequestId rid(r.request_id);
+                                     return (this->*handler)(r);
+                                   });
+      if (!sub.ok()) return Annotate(sub.status(), "serving " + std::string(subject));
+      subs_.push_back(std::move(*sub));
+    }
+    return absl::OkStatus();
+  };
+  WISP_RETURN_IF_ERROR(serve(bus::subjects::kTokenIssue, workers, &TokenService::HandleIssue));
+  WISP_RETURN_IF_ERROR(
+      serve(bus::subjects::kTokenExchange, workers, &TokenService::HandleExchange));
+  WISP_RETURN_IF_ERROR(serve(bus::subjects::kTokenReview, workers, &TokenService::HandleReview));
+  WISP_RETURN_IF_ERROR(serve(bus::subjects::kTokenKeys, 1, &TokenService::HandleKeys));
+  PublishKeys(*keys_.Current());
+  rotation_ = std::thread([this] { RotationLoop(); });
+  return absl::OkStatus();
+}
+
+void TokenService::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (rotation_.joinable()) rotation_.join();
+  for (auto& s : subs_) (void)s->Drain();
+  subs_.clear();
+}
+
+void TokenService::RotationLoop() {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, options_.tick_interval, [this] { return stop_; });
+    if (stop_) break;
+    lock.unlock();
+    if (auto r = keys_.Tick(); !r.ok()) {
+      SPDLOG_LOGGER_WARN(Logger(), "key rotation check failed: {}", r.status().ToString());
+    }
+    lock.lock();
+  }
+}
+
+void TokenService::PublishKeys(const KeySnapshot& snap) {
+  const auto resp = BuildKeysResponse(options_.issuer, options_.jwks_uri, snap);
+  std::string body;
+  resp.SerializeToString(&body);
+  if (auto st = publisher_.Publish(bus::subjects::kTokenKeysChanged, body); !st.ok()) {
+    SPDLOG_LOGGER_WARN(Logger(), "publishing key set change: {}", st.ToString());
+  }
+}
+
+bus::Reply TokenService::HandleIssue(const bus::Request& request) const {
+  auto req = bus::ParseBody<v1::IssueRequest>(request);
+  if (!req.ok()) return bus::Reply::Error(req.status());
+  auto resp = issuer_.Issue(*req);
+  if (!resp.ok()) return bus::Reply::Error(resp.status());
+  return bus::ProtoReply(*resp);
+}
+
+bus::Reply TokenService::HandleReview(const bus::Request& request) const {
+  auto req = bus::ParseBody<v1::ReviewRequest>(request);
+  if (!req.ok()) return bus::Reply::Error(req.status());
+  return bus::ProtoReply(reviewer_.Review(*req));
+}
+
+bus::Reply TokenService::HandleExchange(const bus::Request& request) const {
+  auto req = bus::ParseBody<v1::ExchangeRequest>(request);
+  if (!req.ok()) return bus::Reply::Error(req.status());
+  return bus::ProtoReply(exchanger_.Exchange(*req));
+}
+
+bus::Reply TokenService::HandleKeys(const bus::Request& request) const {
+  auto req = bus::ParseBody<v1::KeysRequest>(request);
+  if (!req.ok()) return bus::Reply::Error(req.status());
+  return bus::ProtoReply(BuildKeysResponse(options_.issuer, options_.jwks_uri, *keys_.Current()));
+}
+
+}  // namespace wisp::token

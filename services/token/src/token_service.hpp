@@ -1,0 +1,80 @@
+#pragma once
+// TokenService: wisp-token's bus endpoints over Issuer, Reviewer, Exchanger and KeyManager.
+//
+// Contract:
+//   - Serves wisp.v1.token.{issue,exchange,keys,review} in queue group wisp-token. Issue and
+//     exchange are served by `workers` subscriptions each (NatsBus runs one thread per
+//     subscription), so one instance signs on several cores.
+//   - Bad bodies are InvalidArgument; Issue refusals keep their codes (InvalidArgument,
+//     PermissionDenied); exchange refusals are answers (ExchangeResponse.error), not bus errors.
+//   - Publishes KeysResponse on wisp.v1.events.token.keys whenever the key set changes (own write
+//     or a change written by another replica) and once at Start().
+//   - Runs key rotation checks every `tick_interval` on its own thread until Stop().
+//
+// Example:
+//   TokenService svc(bus, keys, issuer, reviewer, exchanger, {.issuer = url, .workers = 4});
+//   WISP_RETURN_IF_ERROR(svc.Start());
+//   ... svc.Stop();
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "exchanger.hpp"
+#include "issuer.hpp"
+#include "key_manager.hpp"
+#include "reviewer.hpp"
+#include "wisp/bus/bus.hpp"
+#include "wisp/v1/token.pb.h"
+
+namespace wisp::token {
+
+// The discovery document in the shape of Kubernetes' ServiceAccountIssuerDiscovery.
+std::string OpenIdConfiguration(const std::string& issuer, const std::string& jwks_uri,
+                                const KeySnapshot& keys);
+v1::KeysResponse BuildKeysResponse(const std::string& issuer, const std::string& jwks_uri,
+                                   const KeySnapshot& keys);
+
+class TokenService {
+ public:
+  struct Options {
+    std::string issuer;
+    std::string jwks_uri;  // "" = issuer + "/openid/v1/jwks"
+    int workers = 4;
+    std::chrono::milliseconds tick_interval = std::chrono::seconds(10);
+  };
+  TokenService(bus::Subscriber& subscriber, bus::Publisher& publisher, KeyManager& keys,
+               const Issuer& issuer, const Reviewer& reviewer, const Exchanger& exchanger,
+               Options options);
+  ~TokenService();
+
+  absl::Status Start();
+  // Stops the rotation thread and drains the subscriptions.
+  void Stop();
+
+  bus::Reply HandleIssue(const bus::Request& request) const;
+  bus::Reply HandleReview(const bus::Request& request) const;
+  bus::Reply HandleExchange(const bus::Request& request) const;
+  bus::Reply HandleKeys(const bus::Request& request) const;
+
+ private:
+  void PublishKeys(const KeySnapshot& snap);
+  void RotationLoop();
+
+  bus::Subscriber& subscriber_;
+  bus::Publisher& publisher_;
+  KeyManager& keys_;
+  const Issuer& issuer_;
+  const Reviewer& reviewer_;
+  const Exchanger& exchanger_;
+  Options options_;
+  std::vector<bus::SubscriptionPtr> subs_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread rotation_;
+};
+
+}  // namespace wisp::token

@@ -1,0 +1,102 @@
+#include "issuer.hpp"
+
+#include <gtest/gtest.h>
+
+#include "test_env.hpp"
+
+namespace wisp::token {
+namespace {
+
+class IssuerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(env_.keys->Start().ok()); }
+  nlohmann::json ClaimsOf(const std::string& token) { return jwt::Decode(token)->claims; }
+  testing::Env env_;
+};
+
+// Tests that an issued token carries Kubernetes' claim shapes and verifies with the JWKS.
+TEST_F(IssuerTest, IssuesKubernetesShapedToken) {
+  auto resp = env_.issuer->Issue(env_.Request());
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  auto c = ClaimsOf(resp->token());
+  EXPECT_EQ(c["iss"], testing::kIssuer);
+  EXPECT_EQ(c["sub"], "system:serviceaccount:ml:loader");
+  EXPECT_EQ(c["aud"], nlohmann::json::array({"vault"}));
+  EXPECT_EQ(c["exp"].get<int64_t>() - c["iat"].get<int64_t>(), 3600);
+  EXPECT_EQ(c["nbf"], c["iat"]);
+  EXPECT_EQ(c["jti"].get<std::string>().size(), 36u);
+  EXPECT_EQ(c["kubernetes.io"]["namespace"], "ml");
+  EXPECT_EQ(c["kubernetes.io"]["serviceaccount"]["name"], "loader");
+  EXPECT_EQ(c["kubernetes.io"]["serviceaccount"]["uid"], "sa-uid");
+  EXPECT_EQ(c["kubernetes.io"]["pod"]["name"], "loader-0");
+  EXPECT_EQ(c["kubernetes.io"]["pod"]["uid"], "pod-uid");
+  EXPECT_EQ(resp->expiration_unix(), c["exp"].get<int64_t>());
+  auto d = jwt::Decode(resp->token());
+  EXPECT_EQ(d->alg, "RS256");
+  EXPECT_EQ(d->kid, resp->key_id());
+  EXPECT_TRUE(jwt::Verify(resp->token(), env_.keys->Current()->public_keys,
+                          {.now_unix = env_.clock.NowUnixSeconds()})
+                  .ok());
+}
+
+// Tests Kubernetes' expirationSeconds limits and messages, and the policy caps.
+TEST_F(IssuerTest, EnforcesExpirationLimits) {
+  struct Case {
+    std::string ns;
+    int64_t requested;
+    int64_t want;  // 0 = refused
+    const char* message;
+  } cases[] = {
+      {"ml", 0, 3600, ""},
+      {"ml", 599, 0, "may not specify a duration less than 10 minutes"},
+      {"ml", 600, 600, ""},
+      {"ml", (int64_t{1} << 32) + 1, 0, "may not specify a duration larger than 2^32 seconds"},
+      {"ml", int64_t{1} << 32, 7200, ""},  // global cap
+      {"short", 3600, 900, ""},            // namespace cap
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.ns + " " + std::to_string(c.requested));
+    auto req = env_.Request(c.ns);
+    req.set_expiration_seconds(c.requested);
+    auto resp = env_.issuer->Issue(req);
+    if (c.want == 0) {
+      ASSERT_FALSE(resp.ok());
+      EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(std::string(resp.status().message()), std::string("expirationSeconds: ") + c.message);
+    } else {
+      ASSERT_TRUE(resp.ok()) << resp.status();
+      EXPECT_EQ(resp->expiration_unix() - resp->issued_at_unix(), c.want);
+    }
+  }
+}
+
+// Tests that audiences outside the namespace's list are refused and defaults apply.
+TEST_F(IssuerTest, ChecksAudiencesAgainstPolicy) {
+  auto denied = env_.issuer->Issue(env_.Request("short", "x", {"sts.amazonaws.com"}));
+  ASSERT_FALSE(denied.ok());
+  EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(std::string(denied.status().message()).find("sts.amazonaws.com"), std::string::npos);
+  EXPECT_FALSE(env_.issuer->Issue(env_.Request("unlisted", "x", {"vault"})).ok());
+  auto def = env_.issuer->Issue(env_.Request("unlisted", "x", {}));
+  ASSERT_TRUE(def.ok()) << def.status();
+  EXPECT_EQ(ClaimsOf(def->token())["aud"], nlohmann::json::array({"wisp"}));
+}
+
+// Tests that malformed subjects and algorithms are refused naming the field.
+TEST_F(IssuerTest, RefusesBadSubjectAndAlgorithm) {
+  auto bad_ns = env_.issuer->Issue(env_.Request("", "loader"));
+  EXPECT_NE(std::string(bad_ns.status().message()).find("subject.namespace"), std::string::npos);
+  auto bad_sa = env_.issuer->Issue(env_.Request("ml", "Bad:Name"));
+  EXPECT_NE(std::string(bad_sa.status().message()).find("subject.service_account"),
+            std::string::npos);
+  auto req = env_.Request();
+  req.set_algorithm("HS256");
+  EXPECT_EQ(env_.issuer->Issue(req).status().code(), absl::StatusCode::kInvalidArgument);
+  req.set_algorithm("ES256");
+  auto es = env_.issuer->Issue(req);
+  ASSERT_TRUE(es.ok());
+  EXPECT_EQ(jwt::Decode(es->token())->alg, "ES256");
+}
+
+}  // namespace
+}  // namespace wisp::token

@@ -1,0 +1,50 @@
+#include "policy.hpp"
+
+#include <gtest/gtest.h>
+
+#include "test_env.hpp"
+
+namespace wisp::token {
+namespace {
+
+// Tests that the sample policy parses into namespaces, rules and lifetimes.
+TEST(PolicyTest, ParsesSample) {
+  auto p = Policy::FromYaml(testing::kPolicyYaml);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->max_expiration_seconds, 7200);
+  ASSERT_NE(p->ForNamespace("ml"), nullptr);
+  EXPECT_EQ(p->ForNamespace("other"), nullptr);
+  EXPECT_EQ(p->ForNamespace("short")->max_expiration_seconds, 900);
+  ASSERT_EQ(p->exchange_rules.size(), 1u);
+  EXPECT_EQ(p->exchange_rules[0].service_accounts[0], "loader");
+  EXPECT_EQ(p->LongestTokenSeconds(), 7200);
+}
+
+// Tests that bad values are refused with the YAML key named.
+TEST(PolicyTest, RefusesBadValuesNamingTheKey) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"maxExpirationSeconds: 10", "maxExpirationSeconds"},
+      {"namespaces: {ml: {audiences: vault}}", "namespaces.ml.audiences"},
+      {"exchange: {rules: [{namespace: ml}]}", "exchange.rules[0].audiences"},
+      {"trustedIssuers: [{issuer: x, jwksFile: /nonexistent, audiences: [a]}]",
+       "trustedIssuers[0].jwksFile"},
+      {"[1, 2", "YAML"},
+  };
+  for (const auto& [yaml, key] : cases) {
+    SCOPED_TRACE(yaml);
+    auto p = Policy::FromYaml(yaml);
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(std::string(p.status().message()).find(key), std::string::npos) << p.status();
+  }
+}
+
+// Tests that "*" matches anything and lists match exactly.
+TEST(PolicyTest, MatchesWildcards) {
+  EXPECT_TRUE(Matches({"*"}, "x"));
+  EXPECT_TRUE(Matches({"a", "b"}, "b"));
+  EXPECT_FALSE(Matches({"a"}, "ab"));
+  EXPECT_FALSE(Matches({}, "a"));
+}
+
+}  // namespace
+}  // namespace wisp::token

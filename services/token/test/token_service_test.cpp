@@ -1,0 +1,96 @@
+#include "token_service.hpp"
+
+#include <gtest/gtest.h>
+
+#include "test_env.hpp"
+#include "wisp/bus/proto.hpp"
+
+namespace wisp::token {
+namespace {
+
+using std::chrono::seconds;
+
+class TokenServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(env_.keys->Start().ok());
+    auto sub = env_.bus.Subscribe(bus::subjects::kTokenKeysChanged, "",
+                                  [this](const bus::Message& m) {
+                                    v1::KeysResponse k;
+                                    k.ParseFromString(m.data);
+                                    changes_.push_back(k);
+                                  });
+    keys_sub_ = std::move(*sub);
+    svc_ = std::make_unique<TokenService>(
+        env_.bus, env_.bus, *env_.keys, *env_.issuer, *env_.reviewer, *env_.exchanger,
+        TokenService::Options{.issuer = testing::kIssuer, .workers = 3,
+                              .tick_interval = std::chrono::hours(1)});
+    ASSERT_TRUE(svc_->Start().ok());
+  }
+  void TearDown() override { svc_->Stop(); }
+
+  testing::Env env_;
+  bus::SubscriptionPtr keys_sub_;
+  std::vector<v1::KeysResponse> changes_;
+  std::unique_ptr<TokenService> svc_;
+};
+
+// Tests issue and review through the bus, with the Kubernetes error passed back as a Status.
+TEST_F(TokenServiceTest, IssuesAndReviewsOverTheBus) {
+  auto issued = bus::Call<v1::IssueResponse>(env_.bus, bus::subjects::kTokenIssue, env_.Request(),
+                                             seconds(2));
+  ASSERT_TRUE(issued.ok()) << issued.status();
+  v1::ReviewRequest rr;
+  rr.set_token(issued->token());
+  auto reviewed =
+      bus::Call<v1::ReviewResponse>(env_.bus, bus::subjects::kTokenReview, rr, seconds(2));
+  ASSERT_TRUE(reviewed.ok());
+  EXPECT_TRUE(reviewed->authenticated());
+  auto req = env_.Request();
+  req.set_expiration_seconds(60);
+  auto refused =
+      bus::Call<v1::IssueResponse>(env_.bus, bus::subjects::kTokenIssue, req, seconds(2));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  auto garbage = env_.bus.Request(bus::subjects::kTokenIssue, "\xff\xff", seconds(2));
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Tests the keys endpoint's JWKS and discovery document shapes.
+TEST_F(TokenServiceTest, ServesKeysAndDiscovery) {
+  auto keys = bus::Call<v1::KeysResponse>(env_.bus, bus::subjects::kTokenKeys, v1::KeysRequest(),
+                                          seconds(2));
+  ASSERT_TRUE(keys.ok());
+  auto jwks = nlohmann::json::parse(keys->jwks_json());
+  EXPECT_EQ(jwks["keys"].size(), 2u);
+  auto oidc = nlohmann::json::parse(keys->openid_configuration_json());
+  EXPECT_EQ(oidc["issuer"], testing::kIssuer);
+  EXPECT_EQ(oidc["jwks_uri"], std::string(testing::kIssuer) + "/openid/v1/jwks");
+  EXPECT_EQ(oidc["response_types_supported"], nlohmann::json::array({"id_token"}));
+  EXPECT_EQ(oidc["subject_types_supported"], nlohmann::json::array({"public"}));
+  EXPECT_EQ(oidc["id_token_signing_alg_values_supported"],
+            nlohmann::json::array({"ES256", "RS256"}));
+  EXPECT_GT(keys->generation(), 0);
+}
+
+// Tests that a rotation publishes the new key set on the change subject.
+TEST_F(TokenServiceTest, PublishesKeyChanges) {
+  const size_t before = changes_.size();
+  EXPECT_GE(before, 1u);  // Start() announces the current set
+  ASSERT_TRUE(*env_.keys->RotateNow());
+  ASSERT_EQ(changes_.size(), before + 1);
+  EXPECT_EQ(nlohmann::json::parse(changes_.back().jwks_json())["keys"].size(), 4u);
+}
+
+// Tests that exchange refusals come back as answers with the RFC 6749 code.
+TEST_F(TokenServiceTest, ExchangeRefusalIsAnAnswer) {
+  v1::ExchangeRequest req;
+  req.set_grant_type("password");
+  auto resp = bus::Call<v1::ExchangeResponse>(env_.bus, bus::subjects::kTokenExchange, req,
+                                              seconds(2));
+  ASSERT_TRUE(resp.ok());
+  EXPECT_EQ(resp->error(), "unsupported_grant_type");
+  EXPECT_EQ(resp->http_status(), 400);
+}
+
+}  // namespace
+}  // namespace wisp::token
