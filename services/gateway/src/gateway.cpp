@@ -1,0 +1,138 @@
+#include "gateway.hpp"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "wisp/bus/subjects.hpp"
+#include "wisp/log/log.hpp"
+
+namespace wisp::gateway {
+
+// The parts behind the doors, each built from the bus and its settings.
+struct Gateway::Parts {
+  bus::SubscriptionPtr node_status;
+};
+
+void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  s.node_name = host;
+  flags.String("listen-address", &s.listen_address,
+               "host:port of the HTTPS server (admission webhooks, OIDC discovery, STS, uploads).");
+  flags.String("tls-cert", &s.tls_cert,
+               "PEM certificate chain for HTTPS. Re-read when it changes, without a restart.");
+  flags.String("tls-key", &s.tls_key, "PEM private key for --tls-cert.");
+  flags.Int("http-threads", &s.http_threads, "Threads serving HTTPS requests.", [](int64_t n) {
+    return n >= 1 && n <= 256 ? absl::OkStatus() : absl::InvalidArgumentError("must be between 1 and 256");
+  });
+  flags.String("node-name", &s.node_name,
+               "This node's name: CSI node id, topology.wisp.dev/node, node-routed bus subjects. "
+               "In a DaemonSet set it from spec.nodeName.");
+  flags.Enum("failure-mode", &s.failure_mode, {"closed", "open"},
+             "Admission answer when wisp-policy does not answer in time: closed denies with "
+             "\"wisp policy unavailable: ...\", open allows with a warning.");
+  flags.Duration("admission-timeout", &s.admission_timeout,
+                 "Upper bound on a policy call; a shorter ?timeout= from kube-apiserver wins.");
+  flags.String("kubernetes-version", &s.kubernetes_version,
+               "major.minor of the cluster, for the native-sidecar choice (>= 1.29: initContainer "
+               "with restartPolicy Always).");
+  flags.String("issuer-url", &s.issuer_url,
+               "The OIDC issuer URL tokens carry as iss; discovery is served under it.");
+  flags.String("trusted-issuers-file", &s.trusted_issuers_file,
+               "YAML list of external issuers whose tokens STS accepts (issuer, jwks file or URL, "
+               "audience).");
+  flags.String("csi-endpoint", &s.csi_endpoint,
+               "unix:///path of the CSI socket; empty disables CSI.");
+  flags.Enum("csi-role", &s.csi_role, {"node", "controller", "both"},
+             "Which CSI services this gateway serves: node (DaemonSet), controller (Deployment with "
+             "external-provisioner) or both (local stack).");
+  flags.String("volume-root", &s.volume_root, "Directory holding populated volumes on this node.");
+  flags.String("target-root", &s.target_root,
+               "CSI target and staging paths must be under this directory (kubelet's root).");
+  flags.String("staging-root", &s.staging_root, "Staging paths root; empty = --target-root.");
+  flags.Int("upload-max-bytes", &s.upload_max_bytes, "Largest upload accepted on /v1/upload/.");
+}
+
+absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
+  if (s.tls_cert.empty() != s.tls_key.empty()) {
+    return absl::InvalidArgumentError(s.tls_cert.empty() ? "tls-cert: required with --tls-key"
+                                                         : "tls-key: required with --tls-cert");
+  }
+  if (s.tls_cert.empty()) {
+    return absl::InvalidArgumentError(
+        "tls-cert: required (kube-apiserver and STS clients speak only HTTPS; scripts/local-up "
+        "creates a local CA and certificate)");
+  }
+  if (s.listen_address.rfind(':') == std::string::npos) {
+    return absl::InvalidArgumentError("listen-address: \"" + s.listen_address + "\" is not host:port");
+  }
+  if (s.node_name.empty()) return absl::InvalidArgumentError("node-name: required");
+  if (!s.csi_endpoint.empty() && s.csi_endpoint.rfind("unix://", 0) != 0) {
+    return absl::InvalidArgumentError("csi-endpoint: \"" + s.csi_endpoint + "\" must be unix:///path");
+  }
+  if (s.issuer_url.rfind("https://", 0) != 0) {
+    return absl::InvalidArgumentError("issuer-url: \"" + s.issuer_url +
+                                      "\" must be an https:// URL (OIDC verifiers require it)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& settings,
+                                                        runtime::Process& process) {
+  WISP_RETURN_IF_ERROR(ValidateGatewaySettings(settings));
+  auto gw = std::unique_ptr<Gateway>(new Gateway());
+  gw->settings_ = settings;
+  gw->parts_ = std::make_unique<Parts>();
+  auto logger = log::Get("gateway");
+
+  const auto colon = settings.listen_address.rfind(':');
+  std::string host = settings.listen_address.substr(0, colon);
+  if (host.empty()) host = "0.0.0.0";
+  int port = 0;
+  try {
+    port = std::stoi(settings.listen_address.substr(colon + 1));
+  } catch (const std::exception&) {
+    port = -1;
+  }
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError("listen-address: \"" + settings.listen_address + "\" has no valid port");
+  }
+  WISP_ASSIGN_OR_RETURN(gw->https_, http::Server::Create({.address = host,
+                                                          .port = static_cast<uint16_t>(port),
+                                                          .cert_file = settings.tls_cert,
+                                                          .key_file = settings.tls_key,
+                                                          .threads = static_cast<int>(settings.http_threads),
+                                                          .name = "https"}));
+
+  // The gateway announces itself on the bus like every service, with one node-routed endpoint
+  // that reports what this instance serves (wispctl status shows it; operators can ask a node).
+  WISP_ASSIGN_OR_RETURN(bus::Service * micro,
+                        process.RegisterService("the door: admission, OIDC, STS, CSI"));
+  const std::string node = settings.node_name;
+  const std::string role = settings.csi_endpoint.empty() ? "none" : settings.csi_role;
+  WISP_RETURN_IF_ERROR(micro->AddEndpoint(
+      "node-status", bus::subjects::Node(node, "gateway.status"), "",
+      [node, role](const bus::Request&) {
+        nlohmann::json j = {{"node", node}, {"csi_role", role}, {"version", WISP_VERSION}};
+        return bus::Reply::Ok(j.dump());
+      }));
+
+  WISP_RETURN_IF_ERROR(gw->https_->Start());
+  SPDLOG_LOGGER_INFO(logger, "serving HTTPS on {}:{}", host, gw->https_->port());
+  return gw;
+}
+
+Gateway::~Gateway() { Stop(); }
+
+uint16_t Gateway::https_port() const { return https_ ? https_->port() : 0; }
+
+void Gateway::Stop() {
+  if (https_) {
+    https_->Stop();
+    https_.reset();
+  }
+  parts_.reset();
+}
+
+}  // namespace wisp::gateway

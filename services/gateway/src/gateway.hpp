@@ -1,0 +1,62 @@
+#pragma once
+// wisp-gateway: the only door between Kubernetes and wisp. One HTTPS server carries admission
+// (/mutate, /validate), OIDC discovery (/.well-known/openid-configuration, /openid/v1/jwks), STS
+// (/v1/token) and uploads (/v1/upload/<volume>); one unix socket carries CSI. Everything behind
+// them is a bus request to wisp-policy, wisp-token or wisp-populator.
+//
+// Gateway owns the servers and the parts; main.cpp only parses GatewaySettings and runs it.
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "wisp/config/flags.hpp"
+#include "wisp/http/server.hpp"
+#include "wisp/runtime/runtime.hpp"
+
+namespace wisp::gateway {
+
+struct GatewaySettings {
+  std::string listen_address = "0.0.0.0:8443";
+  std::string tls_cert;
+  std::string tls_key;
+  int64_t http_threads = 8;
+  std::string node_name;
+  // Admission
+  std::string failure_mode = "closed";
+  std::chrono::milliseconds admission_timeout = std::chrono::seconds(10);
+  std::string kubernetes_version = "1.29";
+  // OIDC / STS
+  std::string issuer_url = "https://localhost:8443";
+  std::string trusted_issuers_file;
+  // CSI
+  std::string csi_endpoint;
+  std::string csi_role = "both";
+  std::string volume_root = "/var/lib/wisp/volumes";
+  std::string target_root = "/var/lib/kubelet";
+  std::string staging_root;
+  // Upload
+  int64_t upload_max_bytes = int64_t{64} << 30;
+};
+
+void AddGatewayFlags(config::Flags& flags, GatewaySettings& settings);
+// Cross-field checks Flags cannot express; InvalidArgument naming the setting.
+absl::Status ValidateGatewaySettings(const GatewaySettings& settings);
+
+class Gateway {
+ public:
+  static absl::StatusOr<std::unique_ptr<Gateway>> Start(const GatewaySettings& settings,
+                                                        runtime::Process& process);
+  ~Gateway();
+  uint16_t https_port() const;
+  void Stop();
+
+  struct Parts;
+
+ private:
+  Gateway() = default;
+  GatewaySettings settings_;
+  std::unique_ptr<Parts> parts_;
+  http::ServerPtr https_;
+};
+
+}  // namespace wisp::gateway

@@ -1,0 +1,71 @@
+// wispctl: the operator CLI. Each command lives in src/<command>.cpp; this file only dispatches.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "src/status.hpp"
+#if __has_include("src/admit.hpp")
+#include "src/admit.hpp"
+#define WISPCTL_HAS_ADMIT 1
+#endif
+#if __has_include("src/token.hpp")
+#include "src/token.hpp"
+#define WISPCTL_HAS_TOKEN 1
+#endif
+#if __has_include("src/volume.hpp")
+#include "src/volume.hpp"
+#define WISPCTL_HAS_VOLUME 1
+#endif
+
+namespace {
+
+constexpr const char* kUsage = R"(NAME
+    wispctl - operate a wisp installation from the command line
+
+SYNOPSIS
+    wispctl COMMAND [OPTIONS]
+
+COMMANDS
+    status     every service instance that answers on the bus, versions and request stats
+    admit      run a manifest through the admission policy and print the verdict and patch
+    token      issue, verify or exchange a token (issue | verify | exchange)
+    volume     create, get, list, watch or upload a populated volume
+    version    print the version
+
+    `wispctl COMMAND --help` documents each command's options.
+
+ENVIRONMENT
+    WISP_NATS_URL, WISP_NATS_USER, WISP_NATS_PASSWORD, WISP_GATEWAY_URL, WISP_CA_FILE: as written
+    by scripts/local-up to var/local/endpoints.env (`set -a; . var/local/endpoints.env; set +a`).
+
+EXIT STATUS
+    0 success; 1 the operation failed; 2 bad usage.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
+      std::string(argv[1]) == "help") {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "status") return wisp::wispctl::RunStatus(args);
+  if (command == "version" || command == "--version") {
+    std::cout << "wispctl " << WISP_VERSION << "\n";
+    return 0;
+  }
+#ifdef WISPCTL_HAS_ADMIT
+  if (command == "admit") return wisp::wispctl::RunAdmit(args);
+#endif
+#ifdef WISPCTL_HAS_TOKEN
+  if (command == "token") return wisp::wispctl::RunToken(args);
+#endif
+#ifdef WISPCTL_HAS_VOLUME
+  if (command == "volume") return wisp::wispctl::RunVolume(args);
+#endif
+  std::cerr << "wispctl: unknown command \"" << command << "\" (see wispctl --help)\n";
+  return 2;
+}

@@ -1,0 +1,34 @@
+#pragma once
+// Shared pieces of wispctl's commands: NATS connection settings and a Flags parser per command.
+//
+// Every command is `int Run<Command>(const std::vector<std::string>& args)`, args after the command
+// word, returning the process exit code (0 ok, 1 failure, 2 bad usage). Connection settings come
+// from flags or from the WISP_NATS_* variables that scripts/local-up writes to endpoints.env.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wisp/bus/bus.hpp"
+#include "wisp/config/flags.hpp"
+
+namespace wisp::wispctl {
+
+struct Connection {
+  std::string nats_url = "nats://127.0.0.1:4222";
+  std::string nats_user;
+  std::string nats_password;
+  std::string nats_creds;
+  std::string nats_ca;
+  std::chrono::milliseconds timeout = std::chrono::seconds(2);
+};
+
+void AddConnectionFlags(config::Flags& flags, Connection& connection);
+absl::StatusOr<std::unique_ptr<bus::Bus>> Connect(const Connection& connection);
+
+// Parses `args` with `flags` (argv[0] is the command name); on --help prints and returns 0 through
+// `exit_code`, on a bad flag prints one line and returns 2. Returns true when the command should run.
+bool ParseCommand(config::Flags& flags, const std::string& command,
+                  const std::vector<std::string>& args, int& exit_code);
+
+}  // namespace wisp::wispctl
