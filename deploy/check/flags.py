@@ -20,24 +20,25 @@ WISP_BINARIES = {"wisp-gateway", "wisp-policy", "wisp-token", "wisp-populator", 
 _help_cache = {}
 
 
-def help_words(bin_dir, binary):
-    if binary in _help_cache:
-        return _help_cache[binary]
+def help_words(bin_dir, binary, command=None):
+    key = (binary, command)
+    if key in _help_cache:
+        return _help_cache[key]
     path = os.path.join(bin_dir, binary)
     if not os.access(path, os.X_OK):
-        _help_cache[binary] = None
+        _help_cache[key] = None
         return None
     try:
-        p = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=20,
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run([path] + ([command] if command else []) + ["--help"], capture_output=True,
+                           text=True, timeout=20, stdin=subprocess.DEVNULL)
         text = p.stdout + p.stderr
         ok = p.returncode == 0
     except subprocess.TimeoutExpired:
         text, ok = "", False
     words = {"flags": set(re.findall(r"--([a-z0-9][a-z0-9-]*)", text)),
              "words": set(re.findall(r"[a-z][a-z0-9-]*", text)),
-             "ok": ok}
-    _help_cache[binary] = words
+             "ok": ok, "text": text}
+    _help_cache[key] = words
     return words
 
 
@@ -59,6 +60,17 @@ def check(where, argv, env, bin_dir, problems, checked):
         problems.append(f"{where}: `{binary} --help` did not exit 0")
         return
     args = argv[1:]
+    top = h
+    # A CLI with commands (wispctl COMMAND [OPTIONS]): the options are those of the command.
+    if args and not args[0].startswith("-") and re.search(r"^COMMANDS", h.get("text", ""), re.M):
+        if args[0] not in h["words"]:
+            problems.append(f"{where}: {binary}: command {args[0]!r} is not in its --help")
+            return
+        h = help_words(bin_dir, binary, args[0])
+        if h is None or not h["ok"]:
+            problems.append(f"{where}: `{binary} {args[0]} --help` did not exit 0")
+            return
+        args = args[1:]
     i = 0
     while i < len(args):
         a = args[i]
@@ -74,7 +86,8 @@ def check(where, argv, env, bin_dir, problems, checked):
             problems.append(f"{where}: {binary}: subcommand or word {a!r} is not in its --help")
         i += 1
     for e in env:
-        if e.startswith("WISP_") and env_to_flag(e) not in h["flags"]:
+        # A CLI documents variables its other commands read under ENVIRONMENT of its top help.
+        if e.startswith("WISP_") and env_to_flag(e) not in h["flags"] and e not in top["text"]:
             problems.append(f"{where}: {binary}: environment {e} names no flag (--{env_to_flag(e)})")
     checked.add(binary)
 
