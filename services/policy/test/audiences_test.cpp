@@ -1,0 +1,104 @@
+#include <gtest/gtest.h>
+
+#include "policy/src/rules.hpp"
+#include "test/test_util.hpp"
+
+namespace wisp::policy {
+namespace {
+
+using k8s::Json;
+
+std::string TokenPod(const std::string& audience, int64_t exp) {
+  return R"({"metadata":{"name":"p"},"spec":{"serviceAccountName":"sa",
+    "containers":[{"name":"app","image":"a"}],
+    "volumes":[{"name":"t","projected":{"sources":[{"serviceAccountToken":{"audience":")" +
+         audience + R"(","expirationSeconds":)" + std::to_string(exp) + R"(,"path":"token"}}]}}]}})";
+}
+
+// Tests the namespace allow-list and the lifetime cap on every projected token source.
+TEST(PodTokenAudiencesTest, AllowListAndLifetime) {
+  Policy p;
+  p.audiences["ml"] = {"vault"};
+  p.audiences["*"] = {"wisp"};
+  struct Case {
+    std::string ns;
+    std::string audience;
+    int64_t exp;
+    std::string message;  // "" = allowed
+  } cases[] = {
+      {"ml", "vault", 3600, ""},
+      {"ml", "wisp", 3600,
+       "spec.volumes[0].projected.sources[0].serviceAccountToken.audience: Forbidden: audience "
+       "\"wisp\" is not allowed in namespace \"ml\" (allowed: \"vault\")"},
+      {"other", "wisp", 3600, ""},
+      {"other", "vault", 3600,
+       "spec.volumes[0].projected.sources[0].serviceAccountToken.audience: Forbidden: audience "
+       "\"vault\" is not allowed in namespace \"other\" (allowed: \"wisp\")"},
+      {"ml", "", 3600, ""},  // the API server's own audience
+      {"ml", "vault", 90000,
+       "spec.volumes[0].projected.sources[0].serviceAccountToken.expirationSeconds: Invalid "
+       "value: 90000: may not specify a duration larger than the policy's maximum token lifetime "
+       "of 86400 seconds"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.ns + " " + c.audience);
+    Verdict v = EvaluatePodTokenAudiences(testing::Pod(TokenPod(c.audience, c.exp), c.ns), p);
+    EXPECT_EQ(v.allowed, c.message.empty());
+    EXPECT_EQ(v.message, c.message);
+    if (!c.message.empty()) {
+      EXPECT_EQ(v.code, 403);
+    }
+  }
+  // No list at all: unrestricted.
+  EXPECT_TRUE(EvaluatePodTokenAudiences(testing::Pod(TokenPod("anything", 3600), "x"), Policy{})
+                  .allowed);
+}
+
+// Tests that wisp CSI token volumes are held to the same list through their attributes.
+TEST(PodTokenAudiencesTest, WispCsiVolumeAttributes) {
+  Policy p;
+  p.audiences["*"] = {"vault"};
+  auto pod = [](const std::string& attrs) {
+    return testing::Pod(R"({"metadata":{"name":"p"},"spec":{"containers":[{"name":"a","image":"a"}],
+      "volumes":[{"name":"v","csi":{"driver":"csi.wisp.dev","volumeAttributes":{)" + attrs +
+                        R"(}}}]}})",
+                        "team");
+  };
+  EXPECT_TRUE(EvaluatePodTokenAudiences(pod(R"("audience":"vault","expirationSeconds":"900")"), p)
+                  .allowed);
+  EXPECT_EQ(EvaluatePodTokenAudiences(pod(R"("audience":"s3")"), p).message,
+            "spec.volumes[0].csi.volumeAttributes.audience: Forbidden: audience \"s3\" is not "
+            "allowed in namespace \"team\" (allowed: \"vault\")");
+  EXPECT_EQ(EvaluatePodTokenAudiences(pod(R"("audience":"vault","expirationSeconds":"300")"), p)
+                .message,
+            "spec.volumes[0].csi.volumeAttributes.expirationSeconds: Invalid value: 300: may not "
+            "specify a duration less than 10 minutes");
+  EXPECT_EQ(EvaluatePodTokenAudiences(pod(R"("audience":"vault","expirationSeconds":"1h")"), p)
+                .message,
+            "spec.volumes[0].csi.volumeAttributes.expirationSeconds: Invalid value: \"1h\": must be "
+            "a whole number of seconds");
+}
+
+// Tests that the mutate path chains rules and the validate path dispatches by kind.
+TEST(DispatchTest, MutateAndValidate) {
+  auto in = testing::Pod(R"({"metadata":{"name":"p","annotations":{"wisp.dev/token-sidecar":"true"}},
+    "spec":{"hostNetwork":true,"containers":[{"name":"app","image":"a"}]}})");
+  Verdict m = EvaluateMutate(in, Policy{}, testing::NoRecords());
+  EXPECT_TRUE(m.allowed);
+  EXPECT_EQ(m.rule_outcomes.at("token_sidecar"), "mutated");
+  EXPECT_EQ(m.rule_outcomes.at("virt_launcher"), "skipped");
+  Json out = testing::Apply(in, m);
+  // The mutated pod passes validation under a policy allowing the injected audience.
+  Policy p;
+  p.audiences["*"] = {"wisp"};
+  Verdict val = EvaluateValidate(testing::Rerun(in, out), p, testing::NoRecords());
+  EXPECT_TRUE(val.allowed) << val.message;
+  EXPECT_EQ(val.rule_outcomes.at("pod_token_audiences"), "allowed");
+  v1::AdmissionVerdict proto = ToProto(m);
+  EXPECT_TRUE(proto.allowed());
+  EXPECT_EQ(k8s::Json::parse(proto.patch()), m.patch);
+  EXPECT_EQ(proto.rule_outcomes().at("token_sidecar"), "mutated");
+}
+
+}  // namespace
+}  // namespace wisp::policy

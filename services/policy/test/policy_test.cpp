@@ -1,0 +1,85 @@
+#include "policy/src/policy.hpp"
+
+#include <gtest/gtest.h>
+
+namespace wisp::policy {
+namespace {
+
+// Tests that an empty policy gives the upstream defaults.
+TEST(PolicyTest, Defaults) {
+  auto p = ParsePolicyYaml("");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->rules.token_sidecar);
+  EXPECT_EQ(p->native_sidecar, NativeSidecarMode::kAuto);
+  EXPECT_EQ(p->token_volume_for, TokenVolumeFor::kHostNetwork);
+  EXPECT_EQ(p->sidecar_resources.memory_limit, "256Mi");
+  EXPECT_EQ(p->max_token_lifetime_seconds, 86400);
+  EXPECT_EQ(AllowedAudiences(*p, "x"), nullptr);
+}
+
+// Tests that the example file in the repository parses and means what it says.
+TEST(PolicyTest, ExampleFile) {
+  auto p = LoadPolicyFile("config.example.policy.yaml");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->native_sidecar, NativeSidecarMode::kAuto);
+  EXPECT_TRUE(AudienceAllowed(*p, "vms", "sts.amazonaws.com"));
+  EXPECT_FALSE(AudienceAllowed(*p, "default", "sts.amazonaws.com"));
+  EXPECT_EQ(p->max_token_lifetime_seconds, 86400);
+}
+
+// Tests a full policy and that each bad value is refused naming its key.
+TEST(PolicyTest, ParsesAndNamesBadKeys) {
+  auto p = ParsePolicyYaml(R"(
+rules: {dataVolumes: false}
+audiences: {"*": [wisp], vms: [sts.amazonaws.com]}
+maxTokenLifetime: 12h
+tokenSidecar:
+  image: example/sidecar:1
+  nativeSidecar: "off"
+  tokenVolumeFor: all
+  audience: pool
+  expirationSeconds: 1800
+  resources: {cpuRequest: 100m, memoryLimit: "0"}
+)");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->rules.data_volumes);
+  EXPECT_EQ(p->max_token_lifetime_seconds, 43200);
+  EXPECT_EQ(p->native_sidecar, NativeSidecarMode::kOff);
+  EXPECT_EQ(p->token_volume_for, TokenVolumeFor::kAll);
+  EXPECT_EQ(p->token_expiration_seconds, 1800);
+  EXPECT_EQ(p->sidecar_resources.cpu_request, "100m");
+  EXPECT_EQ(p->sidecar_resources.memory_limit, "0");
+
+  struct Case {
+    const char* yaml;
+    const char* message;
+  } cases[] = {
+      {"bogus: 1", "bogus: unknown key"},
+      {"rules: {tokenSidecar: maybe}", "rules.tokenSidecar: \"maybe\" is not true or false"},
+      {"tokenSidecar: {nativeSidecar: sometimes}",
+       "tokenSidecar.nativeSidecar: \"sometimes\" is not one of auto, on, off"},
+      {"tokenSidecar: {tokenVolumeFor: some}",
+       "tokenSidecar.tokenVolumeFor: \"some\" is not one of hostNetwork, all"},
+      {"tokenSidecar: {resources: {cpuLimit: lots}}",
+       "tokenSidecar.resources.cpuLimit: \"lots\": quantities must match the regular expression "
+       "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"},
+      {"maxTokenLifetime: 5m",
+       "maxTokenLifetime: must be at least 10m (Kubernetes' minimum token lifetime)"},
+      {"audiences: {vms: wisp}", "audiences.vms: must be a list of audiences"},
+      {"tokenSidecar: {expirationSeconds: 300}",
+       "tokenSidecar.expirationSeconds: may not specify a duration less than 10 minutes"},
+      {"[1, 2", nullptr},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.yaml);
+    auto bad = ParsePolicyYaml(c.yaml);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    if (c.message != nullptr) {
+      EXPECT_EQ(std::string(bad.status().message()), c.message);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace wisp::policy

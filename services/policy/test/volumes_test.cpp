@@ -1,0 +1,270 @@
+#include <gtest/gtest.h>
+
+#include "policy/src/rules.hpp"
+#include "test/test_util.hpp"
+#include "wisp/bus/subjects.hpp"
+
+namespace wisp::policy {
+namespace {
+
+using k8s::Json;
+using testing::Input;
+
+// Scenario 3: a DataVolume importing a golden image over HTTPS.
+Json GoldenDv() {
+  return Json::parse(R"({"apiVersion":"cdi.kubevirt.io/v1beta1","kind":"DataVolume",
+    "metadata":{"name":"cirros","namespace":"vms","uid":"dv-uid"},
+    "spec":{"source":{"http":{"url":"https://mirror.example/cirros.qcow2.xz"}},
+            "pvc":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"10Gi"}},
+                   "storageClassName":"wisp"}}})");
+}
+
+AdmissionInput Dv(const Json& dv, const std::string& op = "CREATE") {
+  return Input("cdi.kubevirt.io", "DataVolume", op, dv.dump(), "vms");
+}
+
+// Tests that scenario 3's DataVolume is allowed and its population spec recorded.
+TEST(DataVolumeTest, AllowsAndRecordsHttpImport) {
+  Verdict v = EvaluateDataVolume(Dv(GoldenDv()), Policy{});
+  ASSERT_TRUE(v.allowed) << v.message;
+  ASSERT_EQ(v.writes.size(), 1u);
+  EXPECT_EQ(v.writes[0].bucket, bus::buckets::kSources);
+  EXPECT_EQ(v.writes[0].key, "vms.DataVolume.cirros");
+  v1::PopulationRecord r;
+  ASSERT_TRUE(r.ParseFromString(v.writes[0].value));
+  EXPECT_EQ(r.kind(), "DataVolume");
+  EXPECT_EQ(r.source().http().url(), "https://mirror.example/cirros.qcow2.xz");
+  EXPECT_EQ(r.capacity_bytes(), 10737418240LL);
+  EXPECT_EQ(r.storage_class_name(), "wisp");
+  EXPECT_EQ(r.access_modes(0), "ReadWriteOnce");
+  EXPECT_EQ(r.content_type(), "kubevirt");
+  // UPDATE validates but does not re-record.
+  EXPECT_TRUE(EvaluateDataVolume(Dv(GoldenDv(), "UPDATE"), Policy{}).writes.empty());
+}
+
+// Tests each CDI webhook rule with CDI's message.
+TEST(DataVolumeTest, DeniesWithCdiMessages) {
+  struct Case {
+    std::string name;
+    std::function<void(Json&)> edit;
+    std::string message;
+  } cases[] = {
+      {"no target", [](Json& d) { d["spec"].erase("pvc"); }, "Missing Data volume PVC"},
+      {"both targets", [](Json& d) { d["spec"]["storage"] = Json::object(); },
+       "Duplicate storage definition, both target storage and target pvc defined"},
+      {"no access mode", [](Json& d) { d["spec"]["pvc"].erase("accessModes"); },
+       "Required value: at least 1 access mode is required"},
+      {"two access modes", [](Json& d) {
+         d["spec"]["pvc"]["accessModes"] = {"ReadWriteOnce", "ReadOnlyMany"};
+       },
+       "PVC multiple accessModes"},
+      {"unknown access mode", [](Json& d) { d["spec"]["pvc"]["accessModes"] = {"ReadWriteSome"}; },
+       "Unsupported value: \"ReadWriteSome\": supported values: \"ReadOnlyMany\", "
+       "\"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\""},
+      {"external population with source", [](Json& d) {
+         d["spec"]["pvc"]["dataSourceRef"] = {
+             {"apiGroup", "wisp.dev"}, {"kind", "VolumeImportSource"}, {"name", "golden"}};
+       },
+       "External population is incompatible with Source and SourceRef"},
+      {"cross-namespace dataSourceRef", [](Json& d) {
+         d["spec"].erase("source");
+         d["spec"]["pvc"]["dataSourceRef"] = {{"apiGroup", "wisp.dev"},
+                                              {"kind", "VolumeImportSource"},
+                                              {"name", "golden"},
+                                              {"namespace", "images"}};
+       },
+       "Invalid value: DataSourceRef namespace not supported"},
+      {"dataSource and dataSourceRef", [](Json& d) {
+         d["spec"].erase("source");
+         Json ref = {{"apiGroup", "wisp.dev"}, {"kind", "VolumeImportSource"}, {"name", "g"}};
+         d["spec"]["pvc"]["dataSourceRef"] = ref;
+         d["spec"]["pvc"]["dataSource"] = ref;
+       },
+       "DataSourceRef and DataSource must match"},
+      {"ref without name, kind, apiGroup", [](Json& d) {
+         d["spec"].erase("source");
+         d["spec"]["pvc"]["dataSourceRef"] = Json::object();
+       },
+       "Required value: DataSourceRef name, Required value: DataSourceRef kind, Required value: "
+       "DataSourceRef apiGroup when kind is not 'PersistentVolumeClaim'"},
+      {"dataSource without apiGroup", [](Json& d) {
+         d["spec"].erase("source");
+         d["spec"]["pvc"]["dataSource"] = {{"kind", "VolumeImportSource"}, {"name", "g"}};
+       },
+       "Required value: DataSource apiGroup when kind is not 'PersistentVolumeClaim'"},
+      {"neither source nor sourceRef", [](Json& d) { d["spec"].erase("source"); },
+       "Data volume should have either Source or SourceRef, or be externally populated"},
+      {"both source and sourceRef", [](Json& d) {
+         d["spec"]["sourceRef"] = {{"kind", "DataSource"}, {"name", "x"}};
+       },
+       "Data volume should have either Source or SourceRef, or be externally populated"},
+      {"sourceRef kind", [](Json& d) {
+         d["spec"].erase("source");
+         d["spec"]["sourceRef"] = {{"kind", "PersistentVolumeClaim"}, {"name", "x"}};
+       },
+       "Unsupported sourceRef kind PersistentVolumeClaim, currently only DataSource is supported"},
+      {"source PVC without namespace", [](Json& d) {
+         d["spec"]["source"] = {{"pvc", {{"name", "src"}}}};
+       },
+       "spec.source.pvc source PVC is not valid"},
+      {"source snapshot without name", [](Json& d) {
+         d["spec"]["source"] = {{"snapshot", {{"namespace", "vms"}}}};
+       },
+       "spec.source.snapshot source snapshot is not valid"},
+      {"bad url", [](Json& d) { d["spec"]["source"]["http"]["url"] = "ftp://x/y"; },
+       "spec.source.http.url: Invalid value: \"ftp://x/y\": must be an http:// or https:// URL"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Json dv = GoldenDv();
+    c.edit(dv);
+    Verdict v = EvaluateDataVolume(Dv(dv), Policy{});
+    EXPECT_FALSE(v.allowed);
+    EXPECT_EQ(v.message, c.message);
+    EXPECT_TRUE(v.writes.empty());
+  }
+}
+
+// Tests that an externally populated DataVolume records the reference it is populated from.
+TEST(DataVolumeTest, RecordsExternalPopulation) {
+  Json dv = GoldenDv();
+  dv["spec"].erase("source");
+  dv["spec"].erase("pvc");
+  dv["spec"]["storage"] = Json::parse(R"({"resources":{"requests":{"storage":"1Gi"}},
+    "dataSourceRef":{"apiGroup":"wisp.dev","kind":"VolumeImportSource","name":"golden"}})");
+  Verdict v = EvaluateDataVolume(Dv(dv), Policy{});
+  ASSERT_TRUE(v.allowed) << v.message;
+  v1::PopulationRecord r;
+  ASSERT_TRUE(r.ParseFromString(v.writes.at(0).value));
+  EXPECT_EQ(r.data_source_ref(), "wisp.dev/VolumeImportSource/golden");
+  EXPECT_EQ(r.capacity_bytes(), 1073741824);
+}
+
+// Tests that a source wisp does not import is allowed without a record, and DryRun-free DELETE
+// erases the record.
+TEST(DataVolumeTest, UnsupportedSourceAndDelete) {
+  Json dv = GoldenDv();
+  dv["spec"]["source"] = {{"registry", {{"url", "docker://x"}}}};
+  Verdict v = EvaluateDataVolume(Dv(dv), Policy{});
+  EXPECT_TRUE(v.allowed);
+  EXPECT_TRUE(v.writes.empty());
+  EXPECT_EQ(v.warnings.at(0), "wisp: wisp-populator does not import source type \"registry\"; no "
+                              "population record written");
+  auto del = Input("cdi.kubevirt.io", "DataVolume", "DELETE", "", "vms", "1.30", GoldenDv().dump());
+  del.call.set_name("cirros");
+  Verdict d = EvaluateDataVolume(del, Policy{});
+  ASSERT_EQ(d.writes.size(), 1u);
+  EXPECT_TRUE(d.writes[0].erase);
+  EXPECT_EQ(d.writes[0].key, "vms.DataVolume.cirros");
+}
+
+Json GoldenVis() {
+  return Json::parse(R"({"apiVersion":"wisp.dev/v1alpha1","kind":"VolumeImportSource",
+    "metadata":{"name":"golden","namespace":"vms"},
+    "spec":{"source":{"http":{"url":"https://mirror.example/cirros.qcow2.xz",
+      "sha256":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}},"format":"qcow2"}})");
+}
+
+// Tests that a VolumeImportSource is validated, recorded, and immutable.
+TEST(VolumeImportSourceTest, ValidatesRecordsAndIsImmutable) {
+  auto in = Input("wisp.dev", "VolumeImportSource", "CREATE", GoldenVis().dump(), "vms");
+  Verdict v = EvaluateVolumeImportSource(in, Policy{});
+  ASSERT_TRUE(v.allowed) << v.message;
+  EXPECT_EQ(v.writes.at(0).key, "vms.VolumeImportSource.golden");
+  v1::PopulationRecord r;
+  ASSERT_TRUE(r.ParseFromString(v.writes.at(0).value));
+  EXPECT_EQ(r.source().format(), "qcow2");
+  EXPECT_EQ(r.source().sha256().size(), 64u);
+
+  Json changed = GoldenVis();
+  changed["spec"]["format"] = "raw";
+  auto update = Input("wisp.dev", "VolumeImportSource", "UPDATE", changed.dump(), "vms", "1.30",
+                      GoldenVis().dump());
+  Verdict u = EvaluateVolumeImportSource(update, Policy{});
+  EXPECT_FALSE(u.allowed);
+  EXPECT_EQ(u.message, "Cannot update VolumeImportSource Spec");
+
+  struct Case {
+    std::string name;
+    std::function<void(Json&)> edit;
+    std::string message;
+  } cases[] = {
+      {"no source", [](Json& s) { s["spec"].erase("source"); },
+       "spec.source: exactly one import source (http, blank or pvc) is required"},
+      {"two sources", [](Json& s) { s["spec"]["source"]["blank"] = Json::object(); },
+       "spec.source: exactly one import source (http, blank or pvc) is required"},
+      {"bad checksum", [](Json& s) { s["spec"]["source"]["http"]["sha256"] = "abc"; },
+       "spec.source.http.sha256: Invalid value: \"abc\": must be 64 lower-case hexadecimal "
+       "characters"},
+      {"bad format", [](Json& s) { s["spec"]["format"] = "vmdk"; },
+       "spec.format: Unsupported value: \"vmdk\": supported values: \"raw\", \"qcow2\""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Json vis = GoldenVis();
+    c.edit(vis);
+    Verdict d = EvaluateVolumeImportSource(
+        Input("wisp.dev", "VolumeImportSource", "CREATE", vis.dump(), "vms"), Policy{});
+    EXPECT_FALSE(d.allowed);
+    EXPECT_EQ(d.message, c.message);
+  }
+}
+
+Json ImportPvc(const std::string& ref_extra = "") {
+  return Json::parse(R"({"apiVersion":"v1","kind":"PersistentVolumeClaim",
+    "metadata":{"name":"vm-disk","namespace":"vms"},
+    "spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"10Gi"}},
+      "dataSourceRef":{"apiGroup":"wisp.dev","kind":"VolumeImportSource","name":"golden")" +
+                     ref_extra + R"(}}})");
+}
+
+// Tests PVC dataSourceRef rules: cross-namespace denied, an unadmitted source denied by name, an
+// admitted one recorded with its spec.
+TEST(PvcSourcesTest, ChecksReferencesAndRecords) {
+  std::map<std::string, std::string> store;
+  RecordLookup lookup = [&](std::string_view bucket,
+                            std::string_view key) -> absl::StatusOr<std::optional<std::string>> {
+    auto it = store.find(std::string(bucket) + "/" + std::string(key));
+    if (it == store.end()) return std::optional<std::string>();
+    return std::optional(it->second);
+  };
+  auto pvc = [](const Json& obj) {
+    return Input("", "PersistentVolumeClaim", "CREATE", obj.dump(), "vms");
+  };
+  Verdict cross = EvaluatePvc(pvc(ImportPvc(R"(,"namespace":"images")")), Policy{}, lookup);
+  EXPECT_FALSE(cross.allowed);
+  EXPECT_EQ(cross.message,
+            "spec.dataSourceRef.namespace: Invalid value: DataSourceRef namespace not supported");
+
+  Verdict missing = EvaluatePvc(pvc(ImportPvc()), Policy{}, lookup);
+  EXPECT_FALSE(missing.allowed);
+  EXPECT_EQ(missing.message, "spec.dataSourceRef.name: Not found: \"golden\": no "
+                             "VolumeImportSource of that name was admitted in namespace \"vms\"");
+
+  Verdict vis = EvaluateVolumeImportSource(
+      Input("wisp.dev", "VolumeImportSource", "CREATE", GoldenVis().dump(), "vms"), Policy{});
+  store["wisp_sources/" + vis.writes.at(0).key] = vis.writes.at(0).value;
+  Verdict ok = EvaluatePvc(pvc(ImportPvc()), Policy{}, lookup);
+  ASSERT_TRUE(ok.allowed) << ok.message;
+  EXPECT_EQ(ok.writes.at(0).key, "vms.PersistentVolumeClaim.vm-disk");
+  v1::PopulationRecord r;
+  ASSERT_TRUE(r.ParseFromString(ok.writes.at(0).value));
+  EXPECT_EQ(r.source().http().url(), "https://mirror.example/cirros.qcow2.xz");
+  EXPECT_EQ(r.capacity_bytes(), 10737418240LL);
+  EXPECT_EQ(r.data_source_ref(), "wisp.dev/VolumeImportSource/golden");
+
+  // Other populators' references are not wisp's business.
+  Json other = ImportPvc();
+  other["spec"]["dataSourceRef"]["apiGroup"] = "cdi.kubevirt.io";
+  EXPECT_TRUE(EvaluatePvc(pvc(other), Policy{}, lookup).allowed);
+  // A store failure is an error for the gateway's failure mode, not a denial.
+  RecordLookup broken = [](std::string_view,
+                           std::string_view) -> absl::StatusOr<std::optional<std::string>> {
+    return absl::UnavailableError("kv down");
+  };
+  EXPECT_EQ(EvaluatePvc(pvc(ImportPvc()), Policy{}, broken).error.code(),
+            absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace wisp::policy
