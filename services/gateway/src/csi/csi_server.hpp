@@ -1,0 +1,81 @@
+#pragma once
+// CsiServer: wisp-gateway's CSI endpoint. Builds the Identity service and, by role, the Node
+// and/or Controller services, and serves them with gRPC on a unix socket (mode 0660).
+//
+// Contract:
+//   - Start() validates the options (InvalidArgument naming the flag: csi-endpoint, csi-role,
+//     node-id, volume-root), opens KV bucket wisp_projections (node role), reloads the token
+//     volumes this node had published and resumes their rotation, serves
+//     wisp.v1.node.<node>.csi.capacity (node role), then listens. A stale socket file is replaced.
+//   - Stop() stops accepting calls, waits for in-flight ones (up to 5 s), stops rotation and
+//     removes the socket. The destructor calls Stop().
+//
+// Example (services/gateway/main.cpp):
+//   csi::CsiServerOptions options;
+//   options.endpoint = "unix:///var/lib/kubelet/plugins/csi.wisp.dev/csi.sock";
+//   WISP_ASSIGN_OR_RETURN(options.role, csi::ParseRole("both"));
+//   options.node_id = "node-a";
+//   options.volume_root = "/var/lib/wisp/volumes";
+//   options.target_roots = {"/var/lib/kubelet"};
+//   csi::CsiServer server(options, bus, SystemClock::Instance(), mounter, metrics::Registry());
+//   WISP_RETURN_IF_ERROR(server.Start());
+//   ...
+//   server.Stop();
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <prometheus/registry.h>
+
+#include "wisp/bus/bus.hpp"
+#include "wisp/fsutil/mounter.hpp"
+#include "wisp/status/clock.hpp"
+#include "wisp/status/status.hpp"
+
+namespace wisp::gateway::csi {
+
+enum class Role { kNode, kController, kBoth };
+
+// "node" | "controller" | "both"; InvalidArgument naming csi-role otherwise.
+absl::StatusOr<Role> ParseRole(std::string_view text);
+std::string_view RoleName(Role role);
+
+struct CsiServerOptions {
+  std::string endpoint;                   // unix:///absolute/path.sock
+  Role role = Role::kBoth;
+  std::string node_id;                    // required for node and both
+  std::string volume_root;                // required for node and both
+  std::vector<std::string> target_roots;  // allowed target paths (empty = any absolute path)
+  std::string default_node;               // controller: node when CreateVolume has no topology
+                                          // ("" = node_id)
+  int64_t min_token_expiration_seconds = 600;  // lower only for tests
+  uint64_t tmpfs_size_bytes = 1 << 20;
+  std::chrono::milliseconds bus_timeout{5000};
+  // NATS micro services Probe needs ("" entries ignored). Empty = by role: wisp-token (node),
+  // wisp-populator (controller).
+  std::vector<std::string> probe_services;
+};
+
+class CsiServer {
+ public:
+  CsiServer(CsiServerOptions options, bus::Bus& bus, const Clock& clock, fsutil::Mounter& mounter,
+            prometheus::Registry& registry);
+  ~CsiServer();
+  CsiServer(const CsiServer&) = delete;
+  CsiServer& operator=(const CsiServer&) = delete;
+
+  absl::Status Start();
+  void Stop();
+
+  // The socket path (without unix://), once started.
+  const std::string& socket_path() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wisp::gateway::csi
