@@ -1,0 +1,232 @@
+#include "wisp/integration/stack.hpp"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+namespace wisp::integration {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+
+const char* const kServices[] = {"wisp-token", "wisp-policy", "wisp-populator", "wisp-gateway"};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+std::string SourceDir() { return WISP_SOURCE_DIR; }
+
+CommandResult RunCommand(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) result.output.append(buf, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<Stack>> Stack::Start(StackOptions options) {
+  auto stack = std::unique_ptr<Stack>(new Stack());
+  stack->options_ = std::move(options);
+  stack->dir_ = std::make_unique<TempDir>("wisp-stack");
+  const std::string& d = stack->dir_->path();
+  for (const char* sub : {"/pki", "/secrets", "/volumes", "/csi", "/targets"}) {
+    RunCommand("mkdir -p " + d + sub);
+  }
+  // A test CA and the gateway's certificate for localhost / 127.0.0.1, as scripts/local-up makes.
+  const std::string pki = d + "/pki";
+  auto r = RunCommand(
+      "cd " + pki +
+      " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+      "-subj '/CN=wisp test CA' -keyout ca-key.pem -out ca.pem"
+      " && openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=wisp-gateway "
+      "-keyout gateway-key.pem -out gateway.csr"
+      " && printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > ext.cnf"
+      " && openssl x509 -req -in gateway.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 "
+      "-extfile ext.cnf -out gateway.pem");
+  if (r.exit_code != 0) return absl::InternalError("making the test CA: " + r.output);
+  stack->ca_file_ = pki + "/ca.pem";
+  stack->kek_file_ = d + "/secrets/key-encryption-key";
+  RunCommand("head -c 32 /dev/urandom > " + stack->kek_file_ + " && chmod 600 " + stack->kek_file_);
+
+  NatsServer::Options nats_options;
+  if (stack->options_.auth) {
+    r = RunCommand(SourceDir() + "/scripts/nats-auth " + d + "/secrets > " + d + "/users.conf");
+    if (r.exit_code != 0) return absl::InternalError("scripts/nats-auth: " + r.output);
+    std::ofstream(d + "/nats.conf") << "include ./users.conf\n";
+    nats_options.extra_args = {"-c", d + "/nats.conf"};
+  }
+  WISP_ASSIGN_OR_RETURN(stack->nats_, NatsServer::Start(nats_options));
+
+  for (const char* name : kServices) stack->metrics_ports_[name] = FreePort();
+  stack->gateway_port_ = FreePort();
+  const std::map<std::string, bool> wanted = {{"wisp-token", stack->options_.token},
+                                              {"wisp-policy", stack->options_.policy},
+                                              {"wisp-populator", stack->options_.populator},
+                                              {"wisp-gateway", stack->options_.gateway}};
+  for (const char* name : kServices) {
+    if (!wanted.at(name)) continue;
+    WISP_RETURN_IF_ERROR(stack->StartService(name));
+  }
+  for (const char* name : kServices) {
+    if (!wanted.at(name)) continue;
+    WISP_RETURN_IF_ERROR(stack->WaitReady(name));
+  }
+  return stack;
+}
+
+Stack::~Stack() {
+  // Services first (they drain against a live bus), then NATS.
+  for (auto it = procs_.rbegin(); it != procs_.rend(); ++it) it->second->Terminate(std::chrono::seconds(5));
+  procs_.clear();
+  nats_.reset();
+}
+
+std::string Stack::gateway_url() const { return "https://127.0.0.1:" + std::to_string(gateway_port_); }
+std::string Stack::csi_socket() const { return dir_->path() + "/csi/csi.sock"; }
+std::string Stack::csi_endpoint() const { return "unix://" + csi_socket(); }
+std::string Stack::volume_root() const { return dir_->path() + "/volumes"; }
+std::string Stack::target_root() const { return dir_->path() + "/targets"; }
+int Stack::metrics_port(const std::string& service) const { return metrics_ports_.at(service); }
+
+std::string Stack::NatsPassword(const std::string& user) const {
+  std::string p = ReadFile(dir_->path() + "/secrets/nats-" + user + ".password");
+  while (!p.empty() && (p.back() == '\n' || p.back() == '\r')) p.pop_back();
+  return p;
+}
+
+std::vector<std::string> Stack::WispctlArgs() const {
+  std::vector<std::string> args = {"--nats-url", nats_->url()};
+  if (options_.auth) {
+    args.insert(args.end(), {"--nats-user", "wispctl", "--nats-password", NatsPassword("wispctl")});
+  }
+  return args;
+}
+
+std::vector<std::string> Stack::ArgsFor(const std::string& service) const {
+  const std::string& d = dir_->path();
+  std::vector<std::string> args = {"--nats-url", nats_->url(), "--metrics-address",
+                                   "127.0.0.1:" + std::to_string(metrics_ports_.at(service)),
+                                   "--log-level", "debug"};
+  if (options_.auth) {
+    args.insert(args.end(), {"--nats-user", service, "--nats-password", NatsPassword(service)});
+  }
+  const std::string issuer = "https://localhost:" + std::to_string(gateway_port_);
+  if (service == "wisp-token") {
+    args.insert(args.end(), {"--key-encryption-key-file", kek_file_, "--issuer-url", issuer});
+  } else if (service == "wisp-policy") {
+    args.insert(args.end(), {"--policy-file", options_.policy_file.empty()
+                                                  ? SourceDir() + "/deploy/local/policy.yaml"
+                                                  : options_.policy_file});
+  } else if (service == "wisp-populator") {
+    args.insert(args.end(), {"--volume-root", d + "/volumes", "--node-name", "node-a"});
+  } else if (service == "wisp-gateway") {
+    args.insert(args.end(),
+                {"--listen-address", "127.0.0.1:" + std::to_string(gateway_port_), "--tls-cert",
+                 d + "/pki/gateway.pem", "--tls-key", d + "/pki/gateway-key.pem", "--csi-endpoint",
+                 csi_endpoint(), "--csi-role", options_.csi_role, "--node-name", "node-a",
+                 "--volume-root", d + "/volumes", "--target-root", d + "/targets", "--issuer-url",
+                 issuer, "--failure-mode", options_.failure_mode});
+  }
+  if (auto it = options_.extra_args.find(service); it != options_.extra_args.end()) {
+    args.insert(args.end(), it->second.begin(), it->second.end());
+  }
+  return args;
+}
+
+absl::Status Stack::StartService(const std::string& service) {
+  Process::Options o{.path = BinaryPath(service), .args = ArgsFor(service)};
+  // Keep the logs of every run for post-mortem reading next to the harness's run dir.
+  o.log_path = RunDir() + "/" + service + "-" + std::to_string(FreePort()) + ".log";
+  WISP_ASSIGN_OR_RETURN(procs_[service], Process::Start(std::move(o)));
+  return absl::OkStatus();
+}
+
+Process& Stack::process(const std::string& service) { return *procs_.at(service); }
+
+absl::Status Stack::WaitReady(const std::string& service, std::chrono::milliseconds timeout) {
+  auto s = WaitForHttp("127.0.0.1", metrics_ports_.at(service), "/readyz", timeout);
+  if (!s.ok()) {
+    std::string log = procs_.count(service) ? procs_[service]->Log() : "";
+    if (log.size() > 3000) log = log.substr(log.size() - 3000);
+    return absl::Status(s.code(), service + " not ready: " + std::string(s.message()) + "\n" + log);
+  }
+  return absl::OkStatus();
+}
+
+void Stack::Kill(const std::string& service) {
+  if (auto it = procs_.find(service); it != procs_.end()) it->second->Kill();
+}
+
+absl::Status Stack::Restart(const std::string& service) {
+  if (auto it = procs_.find(service); it != procs_.end()) it->second->Terminate(std::chrono::seconds(10));
+  WISP_RETURN_IF_ERROR(StartService(service));
+  return WaitReady(service);
+}
+
+absl::StatusOr<HttpsResponse> Stack::Https(const std::string& method, const std::string& target,
+                                           const std::string& body,
+                                           const std::map<std::string, std::string>& headers,
+                                           std::chrono::milliseconds timeout) {
+  try {
+    asio::io_context ioc;
+    asio::ssl::context ctx(asio::ssl::context::tls_client);
+    ctx.load_verify_file(ca_file_);
+    ctx.set_verify_mode(asio::ssl::verify_peer);
+    beast::ssl_stream<beast::tcp_stream> stream(ioc, ctx);
+    SSL_set_tlsext_host_name(stream.native_handle(), "localhost");
+    SSL_set1_host(stream.native_handle(), "localhost");
+    beast::get_lowest_layer(stream).expires_after(timeout);
+    beast::get_lowest_layer(stream).connect(
+        asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), gateway_port_));
+    stream.handshake(asio::ssl::stream_base::client);
+    bhttp::request<bhttp::string_body> req{bhttp::string_to_verb(method), target, 11};
+    req.set(bhttp::field::host, "localhost");
+    bool has_type = false;
+    for (const auto& [k, v] : headers) {
+      req.set(k, v);
+      has_type |= (k == "Content-Type" || k == "content-type");
+    }
+    if (!body.empty() && !has_type) req.set(bhttp::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    bhttp::write(stream, req);
+    beast::flat_buffer buf;
+    bhttp::response_parser<bhttp::string_body> parser;
+    parser.body_limit(64 * 1024 * 1024);
+    bhttp::read(stream, buf, parser);
+    auto res = parser.release();
+    HttpsResponse out;
+    out.status = static_cast<int>(res.result_int());
+    out.body = res.body();
+    for (const auto& f : res) {
+      std::string name(f.name_string());
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      out.headers[name] = std::string(f.value());
+    }
+    beast::error_code ec;
+    stream.shutdown(ec);
+    return out;
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(std::string("HTTPS ") + method + " " + target + ": " + e.what());
+  }
+}
+
+}  // namespace wisp::integration
