@@ -8,6 +8,8 @@
 // Input: a JSON array of objects (scripts/check-deploy turns `helm template` YAML into it).
 // Output: one line per problem naming the object and the field; exit 1 if any, else 0 and a summary.
 import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { unknownFields } from "./k8s-fields.mjs";
 
 const args = process.argv.slice(2);
 const externalSecrets = new Set();
@@ -55,7 +57,10 @@ const problems = [];
 const where = (d) => `${d?.kind ?? "?"}/${d?.metadata?.namespace ? d.metadata.namespace + "/" : ""}${d?.metadata?.name ?? "?"}`;
 const problem = (d, msg) => problems.push(`${where(d)}: ${msg}`);
 
-// 1. Schemas.
+const nodeModules = resolve(dirname(new URL(import.meta.url).pathname), "node_modules");
+let strictChecked = 0;
+
+// 1. Schemas, then unknown fields (what kube-apiserver's strict field validation refuses).
 const seen = new Map();
 for (const d of docs) {
   if (d === null || typeof d !== "object") continue;
@@ -79,6 +84,13 @@ for (const d of docs) {
     new Model(d).validate();
   } catch (e) {
     problem(d, `schema: ${e.message}`);
+  }
+  const unknown = unknownFields(d, resolve(nodeModules, modulePath(d.apiVersion), `${d.kind}.d.ts`));
+  if (unknown === null) {
+    problem(d, `no type declaration for ${d.apiVersion} ${d.kind}: unknown fields cannot be checked`);
+  } else {
+    strictChecked++;
+    for (const f of unknown) problem(d, `unknown field ${f}`);
   }
   const name = d.metadata?.name;
   if (typeof name !== "string" || !dns1123Subdomain.test(name) || name.length > 253) {
@@ -206,4 +218,4 @@ if (problems.length) {
   process.exit(1);
 }
 const kinds = [...new Set(docs.map((d) => d?.kind))].sort().join(", ");
-console.log(`validate-manifests: ${docs.length} objects valid (${kinds})`);
+console.log(`validate-manifests: ${docs.length} objects valid, ${strictChecked} checked for unknown fields (${kinds})`);
