@@ -1,0 +1,36 @@
+// wisp-policy: loads the rules file, serves wisp.v1.policy.{mutate,validate} until SIGTERM.
+#include "policy/src/policy_service.hpp"
+#include "wisp/bus/subjects.hpp"
+#include "wisp/runtime/runtime.hpp"
+
+int main(int argc, char** argv) {
+  using namespace wisp;
+  runtime::CommonSettings common{.metrics_address = "0.0.0.0:9091"};
+  std::string policy_file;
+  config::Flags flags("wisp-policy", "injection and validation rules for admission");
+  runtime::AddCommonFlags(flags, common);
+  flags.String("policy-file", &policy_file,
+               "YAML rules file (rules on/off, audiences per namespace, maximum token lifetime, "
+               "sidecar image and resources, native-sidecar mode). Empty: built-in defaults.");
+  flags.ParseOrExit(argc, argv);
+  auto policy = policy_file.empty() ? policy::ParsePolicyYaml("")
+                                    : policy::LoadPolicyFile(policy_file);
+  if (!policy.ok()) {
+    return runtime::Fail("wisp-policy", absl::InvalidArgumentError(
+                                            "policy-file: " + std::string(policy.status().message())));
+  }
+
+  auto process = runtime::Process::Start("wisp-policy", common);
+  if (!process.ok()) return runtime::Fail("wisp-policy", process.status());
+  auto pods = (*process)->bus().OpenBucket({.name = std::string(bus::buckets::kPods)});
+  if (!pods.ok()) return runtime::Fail("wisp-policy", pods.status());
+  auto sources = (*process)->bus().OpenBucket({.name = std::string(bus::buckets::kSources)});
+  if (!sources.ok()) return runtime::Fail("wisp-policy", sources.status());
+  policy::PolicyMetrics metrics((*process)->registry());
+  policy::PolicyService service(**pods, **sources, *policy, SystemClock::Instance(), metrics);
+  auto micro = (*process)->RegisterService("injection and validation rules for admission");
+  if (!micro.ok()) return runtime::Fail("wisp-policy", micro.status());
+  if (auto st = service.AddEndpoints(**micro); !st.ok()) return runtime::Fail("wisp-policy", st);
+  (*process)->WaitForSignal();
+  return (*process)->Shutdown();
+}

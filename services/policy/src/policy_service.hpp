@@ -1,0 +1,71 @@
+#pragma once
+// PolicyService: serves wisp.v1.policy.mutate and wisp.v1.policy.validate (AdmissionCall ->
+// AdmissionVerdict) by running the pure rules of rules.hpp, and keeps their records in KV.
+//
+// Contract:
+//   - A body that is not an AdmissionCall, or whose object JSON does not parse, is answered
+//     InvalidArgument (counted in wisp_policy_invalid_requests_total). A denial is a normal reply.
+//   - Records (VmiTokenRecord in wisp_pods, PopulationRecord in wisp_sources) are written only for
+//     allowed, non-dry-run calls. A dry run reads the same records and changes none.
+//   - A failing record lookup or write is answered Unavailable so that the gateway's failure mode
+//     (fail open / fail closed) decides; the rule never guesses.
+//   - A request whose deadline has passed is answered DeadlineExceeded before any rule runs.
+//   - Every rule decision counts in wisp_policy_rule_decisions_total{rule,outcome}.
+//   - SetPolicy() swaps the rules file atomically (in-flight calls finish with the old one).
+//
+// Example:
+//   policy::PolicyMetrics metrics(registry);
+//   policy::PolicyService service(*pods_kv, *sources_kv, policy, clock, metrics);
+//   WISP_RETURN_IF_ERROR(service.AddEndpoints(*micro));   // micro = bus::Service (wisp-policy)
+#include <memory>
+#include <mutex>
+
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+
+#include "policy/src/policy.hpp"
+#include "policy/src/rules.hpp"
+#include "wisp/bus/bus.hpp"
+#include "wisp/bus/service.hpp"
+#include "wisp/status/clock.hpp"
+
+namespace wisp::policy {
+
+struct PolicyMetrics {
+  explicit PolicyMetrics(prometheus::Registry& registry);
+  void Decision(const std::string& rule, const std::string& outcome);
+
+  prometheus::Family<prometheus::Counter>& decisions;         // wisp_policy_rule_decisions_total
+  prometheus::Family<prometheus::Counter>& invalid_requests;  // wisp_policy_invalid_requests_total
+  prometheus::Family<prometheus::Counter>& record_writes;     // wisp_policy_record_writes_total
+};
+
+class PolicyService {
+ public:
+  PolicyService(bus::KeyValue& pods, bus::KeyValue& sources, Policy policy, Clock& clock,
+                PolicyMetrics& metrics);
+
+  // Adds the "mutate" and "validate" endpoints (queue group wisp-policy) to the micro service.
+  absl::Status AddEndpoints(bus::Service& service);
+
+  bus::Reply Mutate(const bus::Request& request);
+  bus::Reply Validate(const bus::Request& request);
+  // The logic behind both endpoints, callable without a bus (wispctl admit --local).
+  absl::StatusOr<v1::AdmissionVerdict> Decide(const v1::AdmissionCall& call, bool mutate);
+
+  void SetPolicy(Policy policy);
+
+ private:
+  bus::Reply Serve(const bus::Request& request, bool mutate);
+  absl::Status Apply(const std::vector<KvWrite>& writes);
+  bus::KeyValue* Bucket(std::string_view name);
+
+  bus::KeyValue& pods_;
+  bus::KeyValue& sources_;
+  Clock& clock_;
+  PolicyMetrics& metrics_;
+  std::mutex mu_;
+  std::shared_ptr<const Policy> policy_;
+};
+
+}  // namespace wisp::policy

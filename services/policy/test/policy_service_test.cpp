@@ -1,0 +1,122 @@
+#include "policy/src/policy_service.hpp"
+
+#include <gtest/gtest.h>
+
+#include "wisp/bus/proto.hpp"
+#include "wisp/bus/subjects.hpp"
+#include "wisp/bus/testing/in_memory_bus.hpp"
+#include "wisp/status/fake_clock.hpp"
+
+namespace wisp::policy {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kVmi = R"({"metadata":{"name":"s3-vm","namespace":"vms"},
+  "spec":{"domain":{"devices":{"filesystems":[{"name":"irsa","virtiofs":{}}]}},
+    "volumes":[{"name":"irsa","serviceAccount":{"serviceAccountName":"s3-reader",
+      "serviceAccountToken":{"audience":"sts.amazonaws.com","path":"token"}}}]}})";
+
+class PolicyServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pods_ = *bus_.OpenBucket({.name = std::string(bus::buckets::kPods)});
+    sources_ = *bus_.OpenBucket({.name = std::string(bus::buckets::kSources)});
+    service_ = std::make_unique<PolicyService>(*pods_, *sources_, Policy{}, clock_, metrics_);
+    micro_ = *bus::Service::Start(bus_, {.name = "wisp-policy", .version = "0.1.0"});
+    ASSERT_TRUE(service_->AddEndpoints(*micro_).ok());
+  }
+
+  v1::AdmissionCall Call(const std::string& group, const std::string& kind, const char* json,
+                         bool dry_run = false) {
+    v1::AdmissionCall call;
+    call.set_uid("u1");
+    call.mutable_kind()->set_group(group);
+    call.mutable_kind()->set_version("v1");
+    call.mutable_kind()->set_kind(kind);
+    call.set_operation("CREATE");
+    call.set_namespace_("vms");
+    call.set_name("s3-vm");
+    call.set_object_json(json);
+    call.set_dry_run(dry_run);
+    return call;
+  }
+
+  double Decisions(const std::string& rule, const std::string& outcome) {
+    for (const auto& m : metrics_.decisions.Collect()) {
+      for (const auto& metric : m.metric) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : metric.label) labels[l.name] = l.value;
+        if (labels["rule"] == rule && labels["outcome"] == outcome) return metric.counter.value;
+      }
+    }
+    return 0;
+  }
+
+  FakeClock clock_;
+  bus::testing::InMemoryBus bus_{clock_};
+  prometheus::Registry registry_;
+  PolicyMetrics metrics_{registry_};
+  bus::KeyValuePtr pods_;
+  bus::KeyValuePtr sources_;
+  std::unique_ptr<PolicyService> service_;
+  std::unique_ptr<bus::Service> micro_;
+};
+
+// Tests that a validate call over the bus records the VMI, and a dry run records nothing.
+TEST_F(PolicyServiceTest, ValidateRecordsUnlessDryRun) {
+  auto dry = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
+                                             Call("kubevirt.io", "VirtualMachineInstance", kVmi,
+                                                  true), 1s);
+  ASSERT_TRUE(dry.ok()) << dry.status();
+  EXPECT_TRUE(dry->allowed());
+  EXPECT_TRUE(absl::IsNotFound(pods_->Get("vms.s3-vm").status()));
+
+  auto real = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
+                                              Call("kubevirt.io", "VirtualMachineInstance", kVmi),
+                                              1s);
+  ASSERT_TRUE(real.ok()) << real.status();
+  auto entry = pods_->Get("vms.s3-vm");
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  v1::VmiTokenRecord record;
+  ASSERT_TRUE(record.ParseFromString(entry->value));
+  EXPECT_EQ(record.volumes(0).audience(), "sts.amazonaws.com");
+  EXPECT_EQ(Decisions("vmi_token_volumes", "allowed"), 2);
+}
+
+// Tests that the recorded VMI drives the launcher-pod mutation through the bus.
+TEST_F(PolicyServiceTest, MutatesLauncherFromRecord) {
+  ASSERT_TRUE(bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
+                                              Call("kubevirt.io", "VirtualMachineInstance", kVmi),
+                                              1s)
+                  .ok());
+  const char* pod = R"({"metadata":{"name":"virt-launcher-s3-vm-x","labels":{"kubevirt.io":"virt-launcher"},
+    "ownerReferences":[{"kind":"VirtualMachineInstance","name":"s3-vm"}]},
+    "spec":{"containers":[{"name":"compute","image":"launcher:1"}]}})";
+  auto verdict = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyMutate,
+                                                 Call("", "Pod", pod), 1s);
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_TRUE(verdict->allowed());
+  EXPECT_NE(verdict->patch().find("virtiofs-irsa"), std::string::npos);
+  EXPECT_EQ(verdict->rule_outcomes().at("virt_launcher"), "mutated");
+  EXPECT_EQ(Decisions("virt_launcher", "mutated"), 1);
+}
+
+// Tests the error replies: a garbage body, bad object JSON, a failing bucket.
+TEST_F(PolicyServiceTest, ErrorReplies) {
+  auto garbage = bus_.Request(bus::subjects::kPolicyMutate, "\xff\xff\xff", 1s);
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
+  auto bad_json = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyMutate,
+                                                  Call("", "Pod", "{nope"), 1s);
+  EXPECT_EQ(bad_json.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad_json.status().message()).find("object_json is not valid JSON"),
+            std::string::npos);
+  bus_.FailBucket(bus::buckets::kPods, absl::UnavailableError("kv down"));
+  auto failed = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
+                                                Call("kubevirt.io", "VirtualMachineInstance", kVmi),
+                                                1s);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace wisp::policy
