@@ -116,7 +116,11 @@ def main(argv):
         check(f"docker-compose.yml service {name}", cmd, env, bin_dir, problems, checked)
     for path in manifests:
         for obj in json.load(open(path, encoding="utf-8")):
-            spec = (obj.get("spec") or {}).get("template", {}).get("spec") if obj else None
+            if not obj:
+                continue
+            spec = (obj.get("spec") or {}).get("template", {}).get("spec")
+            if obj.get("kind") == "Pod":
+                spec = obj.get("spec")
             if not spec:
                 continue
             for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):

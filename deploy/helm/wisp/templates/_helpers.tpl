@@ -139,7 +139,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .ctx.Values.nats.enabled -}}
 {{- if .ctx.Values.nats.auth.enabled }}
 - name: WISP_NATS_USER
-  value: {{ printf "wisp-%s" .user | quote }}
+  value: {{ ternary .user (printf "wisp-%s" .user) (eq .user "wispctl") | quote }}
 - name: WISP_NATS_PASSWORD
   valueFrom:
     secretKeyRef:
