@@ -1,0 +1,88 @@
+#pragma once
+// The gateway's admission webhooks: POST /mutate and POST /validate.
+//
+// Routes (RegisterAdmissionRoutes):
+//   POST /mutate    AdmissionReview admission.k8s.io/v1 -> wisp.v1.policy.mutate
+//   POST /validate  AdmissionReview admission.k8s.io/v1 -> wisp.v1.policy.validate
+//
+// Contract:
+//   - The answer is an AdmissionReview with the request's apiVersion and kind, response.uid =
+//     request.uid, the policy's patch base64-encoded with patchType JSONPatch, its warnings, audit
+//     annotations, and status {code, message} on a denial.
+//   - HTTP 400 with {"error": "..."} naming the problem for: a Content-Type other than
+//     application/json, a body that is not an AdmissionReview (bad JSON, no `request`, no uid...),
+//     a kind wisp does not admit, a bad ?timeout=. HTTP 413 above 3 MiB. Nothing here throws.
+//   - ?timeout= (kube-apiserver sends the webhook's timeoutSeconds, e.g. "10s") bounds the policy
+//     call together with AdmissionOptions::max_timeout; the smaller wins and a margin is kept so the
+//     answer leaves before kube-apiserver gives up.
+//   - When the bus or wisp-policy does not answer in time (or answers an error), the failure mode
+//     answers: closed -> allowed:false, status.code 500, message "wisp policy unavailable: <why>";
+//     open -> allowed:true with the warning "wisp policy unavailable: <why>; admitted unchanged
+//     (failure mode open)".
+//   - Metrics: wisp_gateway_admission_requests_total{webhook,kind,outcome} with outcome
+//     allowed|denied|error|fail_open|fail_closed, wisp_gateway_admission_duration_seconds{webhook}.
+//
+// Example (gateway wiring):
+//   admission::AdmissionHandler admission(process.bus(), process.registry(),
+//       {.failure_mode = admission::FailureMode::kClosed, .max_timeout = 10s,
+//        .kubernetes_version = "1.30"});
+//   admission::RegisterAdmissionRoutes(*https, admission);  // keep `admission` alive meanwhile
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "wisp/bus/bus.hpp"
+#include "wisp/http/server.hpp"
+#include "wisp/k8s/admission_review.hpp"
+#include "wisp/v1/admission.pb.h"
+
+namespace wisp::gateway::admission {
+
+enum class FailureMode { kClosed, kOpen };
+// "closed" | "open"; InvalidArgument naming failure-mode otherwise.
+absl::StatusOr<FailureMode> ParseFailureMode(std::string_view text);
+
+struct AdmissionOptions {
+  FailureMode failure_mode = FailureMode::kClosed;
+  std::chrono::milliseconds max_timeout = std::chrono::seconds(10);
+  std::string kubernetes_version = "1.29";  // AdmissionCall.server_version
+  size_t max_body_bytes = 3 * 1024 * 1024;
+};
+
+struct AdmissionMetrics {
+  explicit AdmissionMetrics(prometheus::Registry& registry);
+  prometheus::Family<prometheus::Counter>& requests_total;
+  prometheus::Family<prometheus::Histogram>& duration_seconds;
+};
+
+// The kinds wisp's webhooks are registered for (group, kind).
+bool IsAdmittedKind(std::string_view group, std::string_view kind);
+// AdmissionReview request -> the bus message (objects as JSON text).
+v1::AdmissionCall ToAdmissionCall(const k8s::AdmissionRequest& request,
+                                  const std::string& server_version);
+
+class AdmissionHandler {
+ public:
+  AdmissionHandler(bus::Requester& bus, prometheus::Registry& registry, AdmissionOptions options);
+
+  http::Response Mutate(const http::Request& request) { return Handle(request, true); }
+  http::Response Validate(const http::Request& request) { return Handle(request, false); }
+  http::Response Handle(const http::Request& request, bool mutate);
+
+ private:
+  http::Response Fail(std::string_view webhook, const std::string& kind, int status,
+                      const std::string& message);
+
+  bus::Requester& bus_;
+  AdmissionOptions options_;
+  AdmissionMetrics metrics_;
+};
+
+void RegisterAdmissionRoutes(http::Server& server, AdmissionHandler& handler);
+
+}  // namespace wisp::gateway::admission
