@@ -1,0 +1,1058 @@
+// The only file in wisp that includes nats.h (see nats_bus.hpp for the contract).
+#include "wisp/bus/nats_bus.hpp"
+
+#include <nats/nats.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "bus_metrics.hpp"
+#include "wisp/log/log.hpp"
+
+namespace wisp::bus {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct MsgDeleter {
+  void operator()(natsMsg* m) const { natsMsg_Destroy(m); }
+};
+using MsgPtr = std::unique_ptr<natsMsg, MsgDeleter>;
+
+int64_t Ms(std::chrono::milliseconds d) { return std::max<int64_t>(d.count(), 0); }
+int64_t Ns(std::chrono::nanoseconds d) { return d.count(); }
+
+std::shared_ptr<spdlog::logger> Logger() {
+  static auto logger = log::Get("bus");
+  return logger;
+}
+
+// nats.c's status plus its thread-local error text, as an absl::Status.
+absl::Status FromNats(natsStatus s, std::string_view what) {
+  if (s == NATS_OK) return absl::OkStatus();
+  std::string text = std::string(what) + ": " + natsStatus_GetText(s);
+  natsStatus last = NATS_OK;
+  const char* detail = nats_GetLastError(&last);
+  if (detail != nullptr && *detail != '\0' && std::string_view(detail) != natsStatus_GetText(s)) {
+    text += " (" + std::string(detail) + ")";
+  }
+  switch (s) {
+    case NATS_TIMEOUT:
+      return absl::DeadlineExceededError(text);
+    case NATS_NO_RESPONDERS:
+    case NATS_CONNECTION_CLOSED:
+    case NATS_CONNECTION_DISCONNECTED:
+    case NATS_NO_SERVER:
+    case NATS_NOT_YET_CONNECTED:
+    case NATS_STALE_CONNECTION:
+    case NATS_IO_ERROR:
+    case NATS_DRAINING:
+    case NATS_CONNECTION_AUTH_FAILED:
+      return absl::UnavailableError(text);
+    case NATS_NOT_FOUND:
+      return absl::NotFoundError(text);
+    case NATS_INVALID_ARG:
+    case NATS_INVALID_SUBJECT:
+    case NATS_INVALID_QUEUE_NAME:
+      return absl::InvalidArgumentError(text);
+    case NATS_MAX_PAYLOAD:
+      return absl::ResourceExhaustedError(text);
+    case NATS_NOT_PERMITTED:
+      return absl::PermissionDeniedError(text);
+    default:
+      return absl::InternalError(text);
+  }
+}
+
+// JetStream API errors carry a jsErrCode; map the ones callers act on.
+absl::Status FromJs(natsStatus s, jsErrCode jerr, std::string_view what) {
+  if (s == NATS_OK) return absl::OkStatus();
+  absl::Status base = FromNats(s, what);
+  std::string text(base.message());
+  if (jerr != 0) text += " [jetstream error " + std::to_string(static_cast<int>(jerr)) + "]";
+  switch (jerr) {
+    case JSStreamNotFoundErr:
+    case JSConsumerNotFoundErr:
+    case JSNoMessageFoundErr:
+      return absl::NotFoundError(text);
+    case JSStreamWrongLastSequenceErr:
+      return absl::AbortedError(text);
+    case JSStreamNameExistErr:
+    case JSConsumerNameExistErr:
+      return absl::AlreadyExistsError(text);
+    case JSStreamSubjectOverlapErr:
+      return absl::InvalidArgumentError(text);
+    case JSNotEnabledErr:
+      return absl::UnavailableError(text);
+    default:
+      break;
+  }
+  if (s == NATS_NO_RESPONDERS) {
+    return absl::UnavailableError(text + " (no JetStream stream or server answered)");
+  }
+  return absl::Status(base.code(), text);
+}
+
+bool LastErrorContains(std::string_view needle) {
+  natsStatus last = NATS_OK;
+  const char* detail = nats_GetLastError(&last);
+  return detail != nullptr && std::string_view(detail).find(needle) != std::string_view::npos;
+}
+
+Message ToMessage(natsMsg* m) {
+  Message out;
+  out.subject = natsMsg_GetSubject(m);
+  if (const char* r = natsMsg_GetReply(m); r != nullptr) out.reply = r;
+  if (const char* d = natsMsg_GetData(m); d != nullptr) out.data.assign(d, natsMsg_GetDataLength(m));
+  const char** keys = nullptr;
+  int count = 0;
+  if (natsMsgHeader_Keys(m, &keys, &count) == NATS_OK) {
+    for (int i = 0; i < count; ++i) {
+      const char* value = nullptr;
+      if (natsMsgHeader_Get(m, keys[i], &value) == NATS_OK && value != nullptr) {
+        out.headers[keys[i]] = value;
+      }
+    }
+    free(static_cast<void*>(keys));
+  }
+  return out;
+}
+
+absl::StatusOr<MsgPtr> BuildMsg(std::string_view subject, const char* reply, std::string_view data,
+                                const Headers& headers) {
+  natsMsg* raw = nullptr;
+  const std::string subj(subject);
+  natsStatus s = natsMsg_Create(&raw, subj.c_str(), reply, data.data(), static_cast<int>(data.size()));
+  if (s != NATS_OK) return FromNats(s, "creating message on " + subj);
+  MsgPtr msg(raw);
+  for (const auto& [k, v] : headers) {
+    s = natsMsgHeader_Set(msg.get(), k.c_str(), v.c_str());
+    if (s != NATS_OK) return FromNats(s, "setting header " + k);
+  }
+  return msg;
+}
+
+std::string RandomId() {
+  thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                   static_cast<uint64_t>(Clock::now().time_since_epoch().count()));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(16, '0');
+  uint64_t v = rng();
+  for (char& c : id) {
+    c = kHex[v & 0xf];
+    v >>= 4;
+  }
+  return id;
+}
+
+// ---- Subscriptions ----
+
+// Shared between a Subscription handle and nats.c's callbacks (which hold their own reference
+// until the subscription's completion callback, so the state outlives every callback).
+struct SubCore {
+  natsConnection* nc = nullptr;
+  natsSubscription* sub = nullptr;
+  std::string subject;
+  RequestHandler request_handler;
+  MessageHandler message_handler;
+
+  // Serve worker queue.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<MsgPtr, Clock::time_point>> queue;
+  int busy = 0;
+  bool stopping = false;
+  std::vector<std::thread> workers;
+
+  // Completion (no more nats.c callbacks).
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  bool complete = false;
+  std::atomic<bool> finished{false};  // Close() ran
+
+  void Reply(const Message& in, bus::Reply reply) {
+    if (in.reply.empty()) return;  // a publish to a service subject: nobody waits
+    auto out = BuildMsg(in.reply, nullptr, reply.data, reply.headers);
+    if (!out.ok()) return;
+    natsStatus s = natsConnection_PublishMsg(nc, out->get());
+    if (s != NATS_OK) {
+      SPDLOG_LOGGER_WARN(Logger(), "reply on {} not sent: {}", subject, natsStatus_GetText(s));
+    }
+  }
+
+  void WorkerLoop() {
+    std::unique_lock lock(mu);
+    while (true) {
+      cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;  // stopping and nothing left
+      auto [msg, arrived] = std::move(queue.front());
+      queue.pop_front();
+      ++busy;
+      lock.unlock();
+      Message in = ToMessage(msg.get());
+      msg.reset();
+      {
+        log::ScopedRequestId rid(in.Header(kHeaderRequestId));
+        bus::Reply reply = ServeRequest(request_handler, in, arrived);
+        Reply(in, std::move(reply));
+      }
+      lock.lock();
+      --busy;
+      if (queue.empty() && busy == 0) cv.notify_all();
+    }
+  }
+
+  void StartWorkers(int n) {
+    for (int i = 0; i < std::max(1, n); ++i) workers.emplace_back([this] { WorkerLoop(); });
+  }
+
+  // Waits until the queue is empty and no handler runs (at most until `deadline`).
+  bool WaitIdle(Clock::time_point deadline) {
+    std::unique_lock lock(mu);
+    return cv.wait_until(lock, deadline, [&] { return queue.empty() && busy == 0; });
+  }
+
+  void StopWorkers(bool drop_queued) {
+    {
+      std::lock_guard lock(mu);
+      stopping = true;
+      if (drop_queued) queue.clear();
+    }
+    cv.notify_all();
+    for (auto& t : workers) {
+      if (t.joinable()) t.join();
+    }
+    workers.clear();
+  }
+
+  bool WaitComplete(Clock::time_point deadline) {
+    std::unique_lock lock(done_mu);
+    return done_cv.wait_until(lock, deadline, [&] { return complete; });
+  }
+};
+
+void OnSubMsg(natsConnection*, natsSubscription*, natsMsg* raw, void* closure) {
+  MsgPtr msg(raw);
+  auto* core = static_cast<std::shared_ptr<SubCore>*>(closure)->get();
+  if (core->request_handler) {
+    const auto arrived = Clock::now();
+    {
+      std::lock_guard lock(core->mu);
+      if (core->stopping) return;
+      core->queue.emplace_back(std::move(msg), arrived);
+    }
+    core->cv.notify_one();
+    return;
+  }
+  Message in = ToMessage(msg.get());
+  msg.reset();
+  core->message_handler(in);
+}
+
+void OnSubComplete(void* closure) {
+  auto* holder = static_cast<std::shared_ptr<SubCore>*>(closure);
+  {
+    std::lock_guard lock((*holder)->done_mu);
+    (*holder)->complete = true;
+  }
+  (*holder)->done_cv.notify_all();
+  delete holder;
+}
+
+class NatsSubscription final : public Subscription {
+ public:
+  explicit NatsSubscription(std::shared_ptr<SubCore> core) : core_(std::move(core)) {}
+  ~NatsSubscription() override { Close(); }
+
+  absl::Status Drain() override { return DrainUntil(Clock::now() + std::chrono::seconds(30)); }
+
+  absl::Status DrainUntil(Clock::time_point deadline) {
+    if (core_->finished) return absl::OkStatus();
+    natsStatus s = natsSubscription_Drain(core_->sub);
+    if (s == NATS_OK) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      natsSubscription_WaitForDrainCompletion(core_->sub, std::max<int64_t>(left.count(), 1));
+    }
+    core_->WaitComplete(deadline);
+    const bool idle = core_->WaitIdle(deadline);
+    Close();
+    if (!idle) return absl::DeadlineExceededError("drain of " + core_->subject + " timed out");
+    return absl::OkStatus();
+  }
+
+  const std::shared_ptr<SubCore>& core() const { return core_; }
+
+ private:
+  void Close() {
+    if (core_->finished.exchange(true)) return;
+    natsSubscription_Unsubscribe(core_->sub);  // may fail when already drained/closed: fine
+    // Wait for nats.c to stop calling us; a closed connection completes subscriptions too.
+    core_->WaitComplete(Clock::now() + std::chrono::seconds(10));
+    core_->StopWorkers(/*drop_queued=*/true);
+    natsSubscription_Destroy(core_->sub);
+    core_->sub = nullptr;
+  }
+
+  std::shared_ptr<SubCore> core_;
+};
+
+}  // namespace
+
+// ---- The connection ----
+
+struct NatsBus::Impl {
+  NatsBusOptions options;
+  natsConnection* nc = nullptr;
+  jsCtx* js = nullptr;
+  std::unique_ptr<BusClientMetrics> metrics;
+  std::unique_ptr<JetStream> jetstream;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool closed = false;
+  std::vector<std::weak_ptr<SubCore>> serves;  // for Drain()
+
+  // nats.c callback closure; lives until the closed callback (the last one nats.c makes).
+  struct Callbacks {
+    Impl* impl;
+  };
+  Callbacks* callbacks = nullptr;
+
+  ~Impl() {
+    if (js != nullptr) jsCtx_Destroy(js);
+    if (nc != nullptr) {
+      natsConnection_Close(nc);
+      std::unique_lock lock(mu);
+      const bool done =
+          cv.wait_for(lock, std::chrono::seconds(5), [&] { return closed; });
+      lock.unlock();
+      natsConnection_Destroy(nc);
+      if (done) delete callbacks;  // else leak it: nats.c might still call back
+    } else {
+      delete callbacks;
+    }
+  }
+
+  absl::Status CheckConnected(std::string_view subject) const {
+    switch (natsConnection_Status(nc)) {
+      case NATS_CONN_STATUS_CONNECTED:
+        return absl::OkStatus();
+      case NATS_CONN_STATUS_CLOSED:
+        return absl::UnavailableError("request on " + std::string(subject) +
+                                      ": bus connection closed");
+      case NATS_CONN_STATUS_DRAINING_SUBS:
+      case NATS_CONN_STATUS_DRAINING_PUBS:
+        return absl::UnavailableError("request on " + std::string(subject) + ": bus draining");
+      default:
+        return absl::UnavailableError("request on " + std::string(subject) +
+                                      ": not connected to NATS (reconnecting)");
+    }
+  }
+
+  void SetConnected(bool up) {
+    if (metrics) metrics->connected.Set(up ? 1 : 0);
+  }
+
+  static void OnDisconnected(natsConnection*, void* c) {
+    auto* impl = static_cast<Callbacks*>(c)->impl;
+    impl->SetConnected(false);
+    SPDLOG_LOGGER_WARN(Logger(), "disconnected from NATS; reconnecting");
+  }
+  static void OnReconnected(natsConnection* nc, void* c) {
+    auto* impl = static_cast<Callbacks*>(c)->impl;
+    impl->SetConnected(true);
+    if (impl->metrics) impl->metrics->reconnects.Increment();
+    char url[256] = {0};
+    natsConnection_GetConnectedUrl(nc, url, sizeof(url));
+    SPDLOG_LOGGER_INFO(Logger(), "reconnected to NATS at {}", url);
+  }
+  static void OnConnected(natsConnection* nc, void* c) {
+    auto* impl = static_cast<Callbacks*>(c)->impl;
+    impl->SetConnected(true);
+    char url[256] = {0};
+    natsConnection_GetConnectedUrl(nc, url, sizeof(url));
+    SPDLOG_LOGGER_INFO(Logger(), "connected to NATS at {}", url);
+  }
+  static void OnClosed(natsConnection*, void* c) {
+    auto* impl = static_cast<Callbacks*>(c)->impl;
+    impl->SetConnected(false);
+    {
+      std::lock_guard lock(impl->mu);
+      impl->closed = true;
+    }
+    impl->cv.notify_all();
+  }
+  static void OnError(natsConnection*, natsSubscription* sub, natsStatus err, void*) {
+    if (err == NATS_SLOW_CONSUMER && sub != nullptr) {
+      SPDLOG_LOGGER_WARN(Logger(), "slow consumer on {}: messages dropped",
+                         natsSubscription_GetSubject(sub));
+    } else {
+      SPDLOG_LOGGER_WARN(Logger(), "NATS async error: {}", natsStatus_GetText(err));
+    }
+  }
+  static int64_t ReconnectDelay(natsConnection*, int attempts, void* c) {
+    const auto& o = static_cast<Callbacks*>(c)->impl->options;
+    int64_t delay = Ms(o.reconnect_wait);
+    for (int i = 1; i < attempts && delay < Ms(o.reconnect_wait_max); ++i) delay *= 2;
+    delay = std::min(delay, Ms(o.reconnect_wait_max));
+    thread_local std::mt19937 rng(std::random_device{}());
+    const int64_t jitter = delay / 5;
+    if (jitter > 0) delay += std::uniform_int_distribution<int64_t>(0, jitter)(rng);
+    return delay;
+  }
+
+  absl::StatusOr<SubscriptionPtr> Subscribe(std::string_view subject, std::string_view queue,
+                                            RequestHandler rh, MessageHandler mh) {
+    if (subject.empty()) return absl::InvalidArgumentError("subscribe: empty subject");
+    auto core = std::make_shared<SubCore>();
+    core->nc = nc;
+    core->subject = std::string(subject);
+    core->request_handler = std::move(rh);
+    core->message_handler = std::move(mh);
+    if (core->request_handler) core->StartWorkers(options.serve_threads);
+    auto* holder = new std::shared_ptr<SubCore>(core);
+    natsSubscription* sub = nullptr;
+    const std::string q(queue);
+    natsStatus s = q.empty()
+                       ? natsConnection_Subscribe(&sub, nc, core->subject.c_str(), OnSubMsg, holder)
+                       : natsConnection_QueueSubscribe(&sub, nc, core->subject.c_str(), q.c_str(),
+                                                       OnSubMsg, holder);
+    if (s == NATS_OK) s = natsSubscription_SetOnCompleteCB(sub, OnSubComplete, holder);
+    if (s != NATS_OK) {
+      absl::Status st = FromNats(s, "subscribing to " + core->subject);
+      if (sub != nullptr) {
+        natsSubscription_Unsubscribe(sub);
+        natsSubscription_Destroy(sub);
+      } else {
+        delete holder;
+      }
+      core->StopWorkers(true);
+      return st;
+    }
+    // Nothing is buffered by the kernel for us: let queued requests wait in nats.c up to its limits.
+    natsSubscription_SetPendingLimits(sub, 65536, 256 * 1024 * 1024);
+    core->sub = sub;
+    if (core->request_handler) {
+      std::lock_guard lock(mu);
+      serves.erase(std::remove_if(serves.begin(), serves.end(),
+                                  [](const std::weak_ptr<SubCore>& w) { return w.expired(); }),
+                   serves.end());
+      serves.push_back(core);
+    }
+    return SubscriptionPtr(std::make_unique<NatsSubscription>(std::move(core)));
+  }
+};
+
+namespace {
+
+// ---- JetStream ----
+
+class NatsJsMessage final : public JsMessage {
+ public:
+  NatsJsMessage(MsgPtr msg, jsCtx* js) : raw_(std::move(msg)), js_(js) {
+    msg_ = ToMessage(raw_.get());
+    jsMsgMetaData* meta = nullptr;
+    if (natsMsg_GetMetaData(&meta, raw_.get()) == NATS_OK && meta != nullptr) {
+      seq_ = meta->Sequence.Stream;
+      deliveries_ = meta->NumDelivered;
+      jsMsgMetaData_Destroy(meta);
+    }
+  }
+  const Message& msg() const override { return msg_; }
+  uint64_t stream_sequence() const override { return seq_; }
+  uint64_t delivery_count() const override { return deliveries_; }
+
+  absl::Status Ack() override {
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    return FromJs(natsMsg_AckSync(raw_.get(), nullptr, &jerr), jerr, "ack of " + msg_.subject);
+  }
+  absl::Status Nak(std::chrono::milliseconds delay) override {
+    natsStatus s = delay.count() > 0 ? natsMsg_NakWithDelay(raw_.get(), Ms(delay), nullptr)
+                                     : natsMsg_Nak(raw_.get(), nullptr);
+    return FromNats(s, "nak of " + msg_.subject);
+  }
+  absl::Status InProgress() override {
+    return FromNats(natsMsg_InProgress(raw_.get(), nullptr), "in-progress of " + msg_.subject);
+  }
+  absl::Status Term() override {
+    return FromNats(natsMsg_Term(raw_.get(), nullptr), "term of " + msg_.subject);
+  }
+
+ private:
+  MsgPtr raw_;
+  [[maybe_unused]] jsCtx* js_;
+  Message msg_;
+  uint64_t seq_ = 0;
+  uint64_t deliveries_ = 0;
+};
+
+class NatsPullConsumer final : public PullConsumer {
+ public:
+  NatsPullConsumer(natsSubscription* sub, jsCtx* js, std::string name)
+      : sub_(sub), js_(js), name_(std::move(name)) {}
+  ~NatsPullConsumer() override {
+    // Keep the durable consumer on the server: Destroy without Unsubscribe would leave the
+    // subscription registered; Unsubscribe on a bound durable does not delete the consumer.
+    natsSubscription_Unsubscribe(sub_);
+    natsSubscription_Destroy(sub_);
+  }
+
+  absl::StatusOr<std::vector<JsMessagePtr>> Fetch(int batch,
+                                                  std::chrono::milliseconds timeout) override {
+    if (batch <= 0) return absl::InvalidArgumentError("Fetch: batch must be positive");
+    natsMsgList list{nullptr, 0};
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    natsStatus s = natsSubscription_Fetch(&list, sub_, batch, std::max<int64_t>(Ms(timeout), 1), &jerr);
+    std::vector<JsMessagePtr> out;
+    for (int i = 0; i < list.Count; ++i) {
+      if (list.Msgs[i] == nullptr) continue;
+      out.push_back(std::make_unique<NatsJsMessage>(MsgPtr(list.Msgs[i]), js_));
+      list.Msgs[i] = nullptr;
+    }
+    natsMsgList_Destroy(&list);
+    if (s == NATS_TIMEOUT || (s == NATS_OK)) return out;
+    if (!out.empty()) return out;
+    return FromJs(s, jerr, "fetch from " + name_);
+  }
+
+ private:
+  natsSubscription* sub_;
+  jsCtx* js_;
+  std::string name_;
+};
+
+class NatsJetStream final : public JetStream {
+ public:
+  explicit NatsJetStream(NatsBus::Impl* impl) : impl_(impl) {}
+
+  absl::Status EnsureStream(const StreamConfig& config) override {
+    if (config.name.empty()) return absl::InvalidArgumentError("stream name is empty");
+    if (config.subjects.empty()) {
+      return absl::InvalidArgumentError("stream " + config.name + ": subjects is empty");
+    }
+    jsStreamConfig sc;
+    jsStreamConfig_Init(&sc);
+    std::vector<const char*> subjects;
+    for (const auto& s : config.subjects) subjects.push_back(s.c_str());
+    sc.Name = config.name.c_str();
+    sc.Subjects = subjects.data();
+    sc.SubjectsLen = static_cast<int>(subjects.size());
+    sc.Retention = config.work_queue ? js_WorkQueuePolicy : js_LimitsPolicy;
+    sc.Storage = js_FileStorage;
+    sc.Replicas = config.replicas;
+    sc.MaxAge = Ns(config.max_age);
+    if (config.max_msg_size > 0) sc.MaxMsgSize = static_cast<int32_t>(config.max_msg_size);
+    sc.Duplicates = Ns(config.duplicate_window);
+    jsStreamInfo* si = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    natsStatus s = js_AddStream(&si, impl_->js, &sc, nullptr, &jerr);
+    if (s != NATS_OK && jerr == JSStreamNameExistErr) {
+      jerr = static_cast<jsErrCode>(0);
+      s = js_UpdateStream(&si, impl_->js, &sc, nullptr, &jerr);
+    }
+    if (si != nullptr) jsStreamInfo_Destroy(si);
+    return FromJs(s, jerr, "ensuring stream " + config.name);
+  }
+
+  absl::StatusOr<uint64_t> Publish(std::string_view subject, std::string_view data,
+                                   const Headers& headers, std::string_view msg_id) override {
+    WISP_ASSIGN_OR_RETURN(MsgPtr msg, BuildMsg(subject, nullptr, data, headers));
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    const std::string id(msg_id);
+    if (!id.empty()) po.MsgId = id.c_str();
+    po.MaxWait = Ms(impl_->options.jetstream_timeout);
+    jsPubAck* pa = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    natsStatus s = js_PublishMsg(&pa, impl_->js, msg.get(), &po, &jerr);
+    if (s != NATS_OK) {
+      if (pa != nullptr) jsPubAck_Destroy(pa);
+      return FromJs(s, jerr, "JetStream publish on " + std::string(subject));
+    }
+    const uint64_t seq = pa->Sequence;
+    jsPubAck_Destroy(pa);
+    return seq;
+  }
+
+  absl::StatusOr<PullConsumerPtr> PullSubscribe(std::string_view stream,
+                                                const ConsumerConfig& config) override {
+    if (config.durable.empty()) return absl::InvalidArgumentError("consumer durable name is empty");
+    const std::string stream_name(stream);
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = config.durable.c_str();
+    cc.AckPolicy = js_AckExplicit;
+    cc.DeliverPolicy = js_DeliverAll;
+    cc.AckWait = Ns(config.ack_wait);
+    cc.MaxDeliver = config.max_deliver;
+    cc.MaxAckPending = config.max_ack_pending;
+    if (!config.filter_subject.empty()) cc.FilterSubject = config.filter_subject.c_str();
+    jsConsumerInfo* ci = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    // Create it, or bring an existing durable to this configuration.
+    natsStatus s = js_GetConsumerInfo(&ci, impl_->js, stream_name.c_str(), cc.Durable, nullptr, &jerr);
+    if (ci != nullptr) jsConsumerInfo_Destroy(ci), ci = nullptr;
+    if (s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr) {
+      jerr = static_cast<jsErrCode>(0);
+      s = js_AddConsumer(&ci, impl_->js, stream_name.c_str(), &cc, nullptr, &jerr);
+    } else if (s == NATS_OK) {
+      s = js_UpdateConsumer(&ci, impl_->js, stream_name.c_str(), &cc, nullptr, &jerr);
+    }
+    if (ci != nullptr) jsConsumerInfo_Destroy(ci);
+    WISP_RETURN_IF_ERROR(
+        FromJs(s, jerr, "ensuring consumer " + config.durable + " on stream " + stream_name));
+
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = stream_name.c_str();
+    so.Consumer = config.durable.c_str();
+    so.ManualAck = true;
+    natsSubscription* sub = nullptr;
+    jerr = static_cast<jsErrCode>(0);
+    const char* subject = config.filter_subject.empty() ? nullptr : config.filter_subject.c_str();
+    s = js_PullSubscribe(&sub, impl_->js, subject, config.durable.c_str(), nullptr, &so, &jerr);
+    WISP_RETURN_IF_ERROR(FromJs(s, jerr, "binding consumer " + config.durable));
+    return PullConsumerPtr(std::make_unique<NatsPullConsumer>(sub, impl_->js, stream_name + "/" + config.durable));
+  }
+
+ private:
+  NatsBus::Impl* impl_;
+};
+
+// ---- Key-value ----
+
+struct KvEntryDeleter {
+  void operator()(kvEntry* e) const { kvEntry_Destroy(e); }
+};
+using KvEntryPtr = std::unique_ptr<kvEntry, KvEntryDeleter>;
+
+class NatsKvWatch final : public KvWatch {
+ public:
+  NatsKvWatch(kvWatcher* w, KvWatchHandler handler) : w_(w), handler_(std::move(handler)) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~NatsKvWatch() override {
+    stop_ = true;
+    kvWatcher_Stop(w_);
+    thread_.join();
+    kvWatcher_Destroy(w_);
+  }
+
+ private:
+  void Loop() {
+    bool initial = true;
+    while (!stop_) {
+      kvEntry* raw = nullptr;
+      natsStatus s = kvWatcher_Next(&raw, w_, 500);
+      if (s == NATS_TIMEOUT) continue;
+      if (s != NATS_OK) {
+        if (stop_) return;
+        // Stopped underneath us or the connection closed: nothing more will come.
+        if (s == NATS_ILLEGAL_STATE || s == NATS_CONNECTION_CLOSED || s == NATS_INVALID_SUBSCRIPTION) {
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      KvEntryPtr e(raw);
+      if (!e) {
+        initial = false;
+        handler_(KvEntry{});
+        continue;
+      }
+      const kvOperation op = kvEntry_Operation(e.get());
+      const bool deleted = op == kvOp_Delete || op == kvOp_Purge;
+      if (initial && deleted) continue;  // initial values are the live entries only
+      KvEntry entry;
+      entry.key = kvEntry_Key(e.get());
+      if (!deleted && kvEntry_Value(e.get()) != nullptr) {
+        entry.value.assign(static_cast<const char*>(kvEntry_Value(e.get())), kvEntry_ValueLen(e.get()));
+      }
+      entry.revision = kvEntry_Revision(e.get());
+      entry.deleted = deleted;
+      handler_(entry);
+    }
+  }
+
+  kvWatcher* w_;
+  KvWatchHandler handler_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+class NatsKeyValue final : public KeyValue {
+ public:
+  NatsKeyValue(kvStore* kv, std::string bucket) : kv_(kv), bucket_(std::move(bucket)) {}
+  ~NatsKeyValue() override { kvStore_Destroy(kv_); }
+
+  const std::string& bucket() const override { return bucket_; }
+
+  absl::StatusOr<KvEntry> Get(std::string_view key) override {
+    const std::string k(key);
+    kvEntry* raw = nullptr;
+    natsStatus s = kvStore_Get(&raw, kv_, k.c_str());
+    if (s == NATS_NOT_FOUND) return absl::NotFoundError("key " + k + " not found in bucket " + bucket_);
+    WISP_RETURN_IF_ERROR(Err(s, "get", k));
+    KvEntryPtr e(raw);
+    KvEntry out;
+    out.key = k;
+    if (kvEntry_Value(e.get()) != nullptr) {
+      out.value.assign(static_cast<const char*>(kvEntry_Value(e.get())), kvEntry_ValueLen(e.get()));
+    }
+    out.revision = kvEntry_Revision(e.get());
+    return out;
+  }
+
+  absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value) override {
+    const std::string k(key);
+    uint64_t rev = 0;
+    WISP_RETURN_IF_ERROR(
+        Err(kvStore_Put(&rev, kv_, k.c_str(), value.data(), static_cast<int>(value.size())), "put", k));
+    return rev;
+  }
+
+  absl::StatusOr<uint64_t> Create(std::string_view key, std::string_view value) override {
+    const std::string k(key);
+    uint64_t rev = 0;
+    natsStatus s = kvStore_Create(&rev, kv_, k.c_str(), value.data(), static_cast<int>(value.size()));
+    if (s != NATS_OK && LastErrorContains("wrong last sequence")) {
+      return absl::AlreadyExistsError("key " + k + " exists in bucket " + bucket_);
+    }
+    WISP_RETURN_IF_ERROR(Err(s, "create", k));
+    return rev;
+  }
+
+  absl::StatusOr<uint64_t> Update(std::string_view key, std::string_view value,
+                                  uint64_t revision) override {
+    const std::string k(key);
+    uint64_t rev = 0;
+    natsStatus s = kvStore_Update(&rev, kv_, k.c_str(), value.data(), static_cast<int>(value.size()),
+                                  revision);
+    if (s != NATS_OK && LastErrorContains("wrong last sequence")) {
+      return absl::AbortedError("key " + k + " in bucket " + bucket_ + " is no longer at revision " +
+                                std::to_string(revision));
+    }
+    WISP_RETURN_IF_ERROR(Err(s, "update", k));
+    return rev;
+  }
+
+  absl::Status Delete(std::string_view key) override {
+    const std::string k(key);
+    return Err(kvStore_Delete(kv_, k.c_str()), "delete", k);
+  }
+
+  absl::StatusOr<std::vector<std::string>> Keys() override {
+    kvKeysList list{nullptr, 0};
+    natsStatus s = kvStore_Keys(&list, kv_, nullptr);
+    std::vector<std::string> keys;
+    if (s == NATS_NOT_FOUND) return keys;  // nats.c reports an empty bucket as "not found"
+    WISP_RETURN_IF_ERROR(Err(s, "keys", ""));
+    for (int i = 0; i < list.Count; ++i) keys.emplace_back(list.Keys[i]);
+    kvKeysList_Destroy(&list);
+    std::sort(keys.begin(), keys.end());
+    return keys;
+  }
+
+  absl::StatusOr<KvWatchPtr> Watch(std::string_view pattern, KvWatchHandler handler) override {
+    const std::string p(pattern);
+    kvWatcher* w = nullptr;
+    WISP_RETURN_IF_ERROR(Err(kvStore_Watch(&w, kv_, p.c_str(), nullptr), "watch", p));
+    return KvWatchPtr(std::make_unique<NatsKvWatch>(w, std::move(handler)));
+  }
+
+ private:
+  absl::Status Err(natsStatus s, std::string_view op, std::string_view key) {
+    if (s == NATS_OK) return absl::OkStatus();
+    return FromNats(s, "kv " + std::string(op) + " " + bucket_ + "/" + std::string(key));
+  }
+
+  kvStore* kv_;
+  std::string bucket_;
+};
+
+absl::Status ValidateOptions(const NatsBusOptions& o) {
+  if (o.servers.empty()) return absl::InvalidArgumentError("nats servers: at least one URL required");
+  for (const auto& s : o.servers) {
+    if (s.empty()) return absl::InvalidArgumentError("nats servers: empty URL");
+  }
+  const int auth = (!o.user.empty() ? 1 : 0) + (!o.creds_file.empty() ? 1 : 0) + (!o.token.empty() ? 1 : 0);
+  if (auth > 1) {
+    return absl::InvalidArgumentError("nats auth: set only one of user/password, creds file, token");
+  }
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("nats tls: tls_cert_file and tls_key_file go together");
+  }
+  if (o.serve_threads < 1) return absl::InvalidArgumentError("nats serve_threads must be >= 1");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NatsBus>> NatsBus::Connect(const NatsBusOptions& options) {
+  WISP_RETURN_IF_ERROR(ValidateOptions(options));
+  auto impl = std::make_shared<Impl>();
+  impl->options = options;
+  if (options.registry != nullptr) {
+    impl->metrics = std::make_unique<BusClientMetrics>(*options.registry);
+    impl->metrics->connected.Set(0);
+  }
+  impl->callbacks = new Impl::Callbacks{impl.get()};
+  void* cb = impl->callbacks;
+
+  natsOptions* o = nullptr;
+  natsStatus s = natsOptions_Create(&o);
+  if (s != NATS_OK) return FromNats(s, "nats options");
+  std::unique_ptr<natsOptions, void (*)(natsOptions*)> guard(o, natsOptions_Destroy);
+  std::vector<const char*> urls;
+  for (const auto& u : options.servers) urls.push_back(u.c_str());
+  auto check = [](natsStatus st, std::string_view field) -> absl::Status {
+    if (st == NATS_OK) return absl::OkStatus();
+    return absl::InvalidArgumentError("nats " + std::string(field) + ": " + natsStatus_GetText(st));
+  };
+  WISP_RETURN_IF_ERROR(check(natsOptions_SetServers(o, urls.data(), static_cast<int>(urls.size())), "servers"));
+  if (!options.name.empty()) WISP_RETURN_IF_ERROR(check(natsOptions_SetName(o, options.name.c_str()), "name"));
+  if (!options.user.empty()) {
+    WISP_RETURN_IF_ERROR(check(natsOptions_SetUserInfo(o, options.user.c_str(), options.password.c_str()), "user"));
+  }
+  if (!options.token.empty()) WISP_RETURN_IF_ERROR(check(natsOptions_SetToken(o, options.token.c_str()), "token"));
+  if (!options.creds_file.empty()) {
+    WISP_RETURN_IF_ERROR(check(natsOptions_SetUserCredentialsFromFiles(o, options.creds_file.c_str(), nullptr),
+                               "creds file " + options.creds_file));
+  }
+  if (!options.tls_ca_file.empty()) {
+    WISP_RETURN_IF_ERROR(check(natsOptions_SetSecure(o, true), "tls"));
+    WISP_RETURN_IF_ERROR(check(natsOptions_LoadCATrustedCertificates(o, options.tls_ca_file.c_str()),
+                               "tls_ca_file " + options.tls_ca_file));
+  }
+  if (!options.tls_cert_file.empty()) {
+    WISP_RETURN_IF_ERROR(check(natsOptions_SetSecure(o, true), "tls"));
+    WISP_RETURN_IF_ERROR(check(natsOptions_LoadCertificatesChain(o, options.tls_cert_file.c_str(),
+                                                                 options.tls_key_file.c_str()),
+                               "tls_cert_file/tls_key_file"));
+  }
+  natsOptions_SetTimeout(o, Ms(options.connect_timeout));
+  natsOptions_SetAllowReconnect(o, true);
+  natsOptions_SetMaxReconnect(o, -1);  // forever
+  natsOptions_SetCustomReconnectDelay(o, Impl::ReconnectDelay, cb);
+  natsOptions_SetPingInterval(o, std::max<int64_t>(Ms(options.ping_interval), 100));
+  natsOptions_SetMaxPingsOut(o, 2);
+  natsOptions_SetSendAsap(o, true);
+  natsOptions_SetFailRequestsOnDisconnect(o, true);
+  natsOptions_SetDisconnectedCB(o, Impl::OnDisconnected, cb);
+  natsOptions_SetReconnectedCB(o, Impl::OnReconnected, cb);
+  natsOptions_SetClosedCB(o, Impl::OnClosed, cb);
+  natsOptions_SetErrorHandler(o, Impl::OnError, cb);
+  if (options.retry_on_failed_connect) {
+    natsOptions_SetRetryOnFailedConnect(o, true, Impl::OnConnected, cb);
+  }
+
+  s = natsConnection_Connect(&impl->nc, o);
+  if (s == NATS_NOT_YET_CONNECTED && options.retry_on_failed_connect) {
+    SPDLOG_LOGGER_WARN(Logger(), "NATS not reachable yet; retrying in the background");
+  } else if (s != NATS_OK) {
+    absl::Status st = FromNats(s, "connecting to NATS");
+    impl->nc = nullptr;  // nothing to close; callbacks never registered with a live connection
+    return absl::UnavailableError(std::string(st.message()));
+  } else {
+    impl->SetConnected(true);
+  }
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.Wait = Ms(options.jetstream_timeout);
+  s = natsConnection_JetStream(&impl->js, impl->nc, &jo);
+  if (s != NATS_OK) return FromNats(s, "JetStream context");
+  impl->jetstream = std::make_unique<NatsJetStream>(impl.get());
+  return std::unique_ptr<NatsBus>(new NatsBus(std::move(impl)));
+}
+
+NatsBus::NatsBus(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+NatsBus::~NatsBus() = default;
+
+absl::Status NatsBus::Publish(std::string_view subject, std::string_view data,
+                              const Headers& headers) {
+  const std::string subj(subject);
+  if (headers.empty()) {
+    return FromNats(natsConnection_Publish(impl_->nc, subj.c_str(), data.data(),
+                                           static_cast<int>(data.size())),
+                    "publish on " + subj);
+  }
+  WISP_ASSIGN_OR_RETURN(MsgPtr msg, BuildMsg(subject, nullptr, data, headers));
+  return FromNats(natsConnection_PublishMsg(impl_->nc, msg.get()), "publish on " + subj);
+}
+
+namespace {
+Headers RequestHeaders(const Headers& headers, std::chrono::milliseconds timeout) {
+  Headers h = headers;
+  h[std::string(kHeaderTimeoutMs)] = std::to_string(Ms(timeout));
+  if (h.find(kHeaderRequestId) == h.end()) {
+    const std::string& current = log::CurrentRequestId();
+    h[std::string(kHeaderRequestId)] = current.empty() ? RandomId() : current;
+  }
+  return h;
+}
+}  // namespace
+
+absl::StatusOr<Message> NatsBus::Request(std::string_view subject, std::string_view data,
+                                         std::chrono::milliseconds timeout,
+                                         const Headers& headers) {
+  const auto start = Clock::now();
+  auto result = [&]() -> absl::StatusOr<Message> {
+    if (timeout.count() <= 0) {
+      return absl::DeadlineExceededError("request on " + std::string(subject) + ": no time left");
+    }
+    // nats.c would buffer a request made while reconnecting and time it out; fail fast instead.
+    WISP_RETURN_IF_ERROR(impl_->CheckConnected(subject));
+    WISP_ASSIGN_OR_RETURN(MsgPtr msg,
+                          BuildMsg(subject, nullptr, data, RequestHeaders(headers, timeout)));
+    natsMsg* raw = nullptr;
+    natsStatus s = natsConnection_RequestMsg(&raw, impl_->nc, msg.get(), Ms(timeout));
+    MsgPtr reply(raw);
+    if (s != NATS_OK) return FromNats(s, "request on " + std::string(subject));
+    Message out = ToMessage(reply.get());
+    WISP_RETURN_IF_ERROR(StatusFromHeaders(out.headers));
+    return out;
+  }();
+  if (impl_->metrics) {
+    impl_->metrics->Record(subject, result.status().code(),
+                           std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<Message>> NatsBus::RequestMany(std::string_view subject,
+                                                          std::string_view data,
+                                                          std::chrono::milliseconds timeout,
+                                                          int max_replies,
+                                                          const Headers& headers) {
+  const auto deadline = Clock::now() + timeout;
+  WISP_RETURN_IF_ERROR(impl_->CheckConnected(subject));
+  natsInbox* inbox = nullptr;
+  natsStatus s = natsInbox_Create(&inbox);
+  if (s != NATS_OK) return FromNats(s, "creating inbox");
+  std::unique_ptr<natsInbox, void (*)(natsInbox*)> inbox_guard(inbox, natsInbox_Destroy);
+  natsSubscription* sub = nullptr;
+  s = natsConnection_SubscribeSync(&sub, impl_->nc, inbox);
+  if (s != NATS_OK) return FromNats(s, "subscribing to reply inbox");
+  auto sub_guard = std::unique_ptr<natsSubscription, void (*)(natsSubscription*)>(
+      sub, [](natsSubscription* x) {
+        natsSubscription_Unsubscribe(x);
+        natsSubscription_Destroy(x);
+      });
+  WISP_ASSIGN_OR_RETURN(MsgPtr msg, BuildMsg(subject, inbox, data, RequestHeaders(headers, timeout)));
+  s = natsConnection_PublishMsg(impl_->nc, msg.get());
+  if (s != NATS_OK) return FromNats(s, "request on " + std::string(subject));
+  std::vector<Message> out;
+  while (max_replies <= 0 || static_cast<int>(out.size()) < max_replies) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    natsMsg* raw = nullptr;
+    s = natsSubscription_NextMsg(&raw, sub, left.count());
+    MsgPtr reply(raw);
+    if (s == NATS_TIMEOUT || s == NATS_NO_RESPONDERS) break;
+    if (s != NATS_OK) return FromNats(s, "collecting replies on " + std::string(subject));
+    if (natsMsg_IsNoResponders(reply.get())) break;
+    out.push_back(ToMessage(reply.get()));
+  }
+  return out;
+}
+
+absl::StatusOr<SubscriptionPtr> NatsBus::Serve(std::string_view subject,
+                                               std::string_view queue_group,
+                                               RequestHandler handler) {
+  if (!handler) return absl::InvalidArgumentError("Serve: empty handler");
+  return impl_->Subscribe(subject, queue_group, std::move(handler), nullptr);
+}
+
+absl::StatusOr<SubscriptionPtr> NatsBus::Subscribe(std::string_view subject,
+                                                   std::string_view queue_group,
+                                                   MessageHandler handler) {
+  if (!handler) return absl::InvalidArgumentError("Subscribe: empty handler");
+  return impl_->Subscribe(subject, queue_group, nullptr, std::move(handler));
+}
+
+JetStream& NatsBus::Js() { return *impl_->jetstream; }
+
+absl::StatusOr<KeyValuePtr> NatsBus::OpenBucket(const BucketConfig& config) {
+  if (config.name.empty()) return absl::InvalidArgumentError("bucket name is empty");
+  kvStore* kv = nullptr;
+  natsStatus s = js_KeyValue(&kv, impl_->js, config.name.c_str());
+  if (s == NATS_NOT_FOUND) {
+    kvConfig kc;
+    kvConfig_Init(&kc);
+    kc.Bucket = config.name.c_str();
+    kc.History = static_cast<uint8_t>(std::clamp(config.history, 1, 64));
+    kc.TTL = Ns(config.ttl);
+    kc.Replicas = config.replicas;
+    if (config.max_value_size > 0) kc.MaxValueSize = static_cast<int32_t>(config.max_value_size);
+    kc.StorageType = js_FileStorage;
+    s = js_CreateKeyValue(&kv, impl_->js, &kc);
+    if (s != NATS_OK) {
+      // Another instance may have created it at the same moment.
+      if (js_KeyValue(&kv, impl_->js, config.name.c_str()) == NATS_OK) s = NATS_OK;
+    }
+  }
+  if (s != NATS_OK) return FromNats(s, "opening bucket " + config.name);
+  return KeyValuePtr(std::make_unique<NatsKeyValue>(kv, config.name));
+}
+
+ConnectionState NatsBus::State() const {
+  switch (natsConnection_Status(impl_->nc)) {
+    case NATS_CONN_STATUS_CONNECTED:
+    case NATS_CONN_STATUS_DRAINING_SUBS:
+    case NATS_CONN_STATUS_DRAINING_PUBS:
+      return ConnectionState::kConnected;
+    case NATS_CONN_STATUS_CLOSED:
+      return ConnectionState::kClosed;
+    default:
+      return ConnectionState::kReconnecting;
+  }
+}
+
+std::string NatsBus::ConnectedUrl() const {
+  char url[256] = {0};
+  if (natsConnection_GetConnectedUrl(impl_->nc, url, sizeof(url)) != NATS_OK) return "";
+  return url;
+}
+
+absl::Status NatsBus::Drain(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::vector<std::shared_ptr<SubCore>> serves;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (auto& w : impl_->serves) {
+      if (auto c = w.lock()) serves.push_back(std::move(c));
+    }
+  }
+  // First stop taking requests and let queued ones finish while replies can still go out.
+  for (auto& core : serves) {
+    if (core->sub != nullptr && !core->finished) natsSubscription_Drain(core->sub);
+  }
+  bool idle = true;
+  for (auto& core : serves) {
+    if (core->sub != nullptr && !core->finished) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      natsSubscription_WaitForDrainCompletion(core->sub, std::max<int64_t>(left.count(), 1));
+    }
+    idle = core->WaitIdle(deadline) && idle;
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  natsStatus s = natsConnection_DrainTimeout(impl_->nc, std::max<int64_t>(left.count(), 1));
+  if (s != NATS_OK && s != NATS_CONNECTION_CLOSED) {
+    natsConnection_Close(impl_->nc);
+  }
+  std::unique_lock lock(impl_->mu);
+  const bool closed = impl_->cv.wait_until(lock, deadline + std::chrono::milliseconds(500),
+                                           [&] { return impl_->closed; });
+  if (!closed) natsConnection_Close(impl_->nc);
+  if (!idle || !closed) return absl::DeadlineExceededError("bus drain did not finish in time");
+  return absl::OkStatus();
+}
+
+}  // namespace wisp::bus
