@@ -1,0 +1,105 @@
+#include "src/admit.hpp"
+
+#include <gtest/gtest.h>
+
+#include "policy/src/rules.hpp"
+
+namespace wisp::wispctl {
+namespace {
+
+using k8s::Json;
+
+// Tests that YAML scalars get their YAML 1.2 core types and quoted ones stay strings.
+TEST(AdmitTest, ParsesManifestsWithTypes) {
+  auto docs = ParseManifests(R"(
+apiVersion: v1
+kind: Pod
+metadata:
+  annotations: {wisp.dev/token-sidecar: "true", n: "3600"}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 30
+  x: 0.5
+  y: ~
+  z: 0755
+---
+{"apiVersion": "v1", "kind": "PersistentVolumeClaim"}
+)");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  ASSERT_EQ(docs->size(), 2u);
+  const Json& pod = (*docs)[0];
+  EXPECT_EQ(pod["metadata"]["annotations"]["wisp.dev/token-sidecar"], "true");
+  EXPECT_EQ(pod["metadata"]["annotations"]["n"], "3600");
+  EXPECT_EQ(pod["spec"]["hostNetwork"], true);
+  EXPECT_EQ(pod["spec"]["terminationGracePeriodSeconds"], 30);
+  EXPECT_EQ(pod["spec"]["x"], 0.5);
+  EXPECT_TRUE(pod["spec"]["y"].is_null());
+  EXPECT_EQ(pod["spec"]["z"], "0755");
+  EXPECT_EQ((*docs)[1]["kind"], "PersistentVolumeClaim");
+  // What ToYaml writes reads back as the same JSON.
+  auto again = ParseManifests(ToYaml(pod));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)[0], pod);
+  EXPECT_FALSE(ParseManifests("- a\n- b\n").ok());
+  EXPECT_FALSE(ParseManifests("a: [1, 2").ok());
+}
+
+// Tests the local run: a VMI is recorded, so its launcher pod in the same file gets the token
+// volume; a denial sets all_allowed false.
+TEST(AdmitTest, LocalRunSharesRecordsAcrossDocuments) {
+  auto docs = ParseManifests(R"(
+apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata: {name: s3-vm, namespace: vms}
+spec:
+  domain: {devices: {filesystems: [{name: irsa, virtiofs: {}}]}}
+  volumes:
+  - name: irsa
+    serviceAccount:
+      serviceAccountName: s3-reader
+      serviceAccountToken: {audience: sts.amazonaws.com, expirationSeconds: 3600, path: token}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: virt-launcher-s3-vm-x
+  namespace: vms
+  labels: {kubevirt.io: virt-launcher}
+  ownerReferences: [{kind: VirtualMachineInstance, name: s3-vm}]
+spec:
+  containers: [{name: compute, image: "launcher:1"}]
+)");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  policy::Policy policy;
+  std::map<std::string, std::string> records;
+  Decider decide = [&](const v1::AdmissionCall& call,
+                       bool mutate) -> absl::StatusOr<v1::AdmissionVerdict> {
+    WISP_ASSIGN_OR_RETURN(policy::AdmissionInput in, policy::AdmissionInput::FromCall(call));
+    policy::RecordLookup lookup =
+        [&](std::string_view b, std::string_view k) -> absl::StatusOr<std::optional<std::string>> {
+      auto it = records.find(std::string(b) + "/" + std::string(k));
+      if (it == records.end()) return std::optional<std::string>();
+      return std::optional(it->second);
+    };
+    policy::Verdict v = mutate ? policy::EvaluateMutate(in, policy, lookup)
+                               : policy::EvaluateValidate(in, policy, lookup);
+    for (const auto& w : v.writes) records[w.bucket + "/" + w.key] = w.value;
+    return policy::ToProto(v);
+  };
+  AdmitResult result = AdmitManifests(*docs, {.validate = true}, decide);
+  EXPECT_TRUE(result.all_allowed) << result.output;
+  EXPECT_NE(result.output.find("virtiofs-irsa"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("--translate-uid=host:107:0:1"), std::string::npos);
+
+  (*docs)[0]["spec"]["volumes"][0]["serviceAccount"]["serviceAccountToken"]["expirationSeconds"] =
+      300;
+  records.clear();
+  AdmitResult denied = AdmitManifests({(*docs)[0]}, {.validate = true}, decide);
+  EXPECT_FALSE(denied.all_allowed);
+  EXPECT_NE(denied.output.find("may not specify a duration less than 10 minutes"),
+            std::string::npos)
+      << denied.output;
+}
+
+}  // namespace
+}  // namespace wisp::wispctl
