@@ -1,0 +1,375 @@
+// Least privilege on the bus, proven against a real nats-server running the users and permissions
+// that scripts/nats-auth generates (one NATS user per service). Every denial below is the server's
+// doing: the clients are plain NatsBus connections that try what a compromised service would try.
+//
+// How a denial is observed (nats-server drops a denied PUB/SUB and only reports it asynchronously):
+//   - a denied request gets no reply (DeadlineExceeded) instead of an answer;
+//   - a denied publish never reaches a subscriber, checked with a permitted publish sent right after
+//     it on the same connection (NATS keeps per-connection order, so once the permitted one has
+//     arrived the denied one would have arrived first);
+//   - a denied subscription has no interest at the server, so a request to it finds no responders.
+// An extra user `it-observer` (all permissions, test only) watches and calls from outside.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "wisp/bus/nats_bus.hpp"
+#include "wisp/bus/subjects.hpp"
+#include "wisp/integration/harness.hpp"
+#include "wisp/integration/stack.hpp"
+
+namespace wisp::integration {
+namespace {
+
+using namespace std::chrono_literals;
+using bus::NatsBus;
+using bus::NatsBusOptions;
+namespace subjects = bus::subjects;
+
+constexpr char kObserver[] = "it-observer";
+constexpr char kObserverPassword[] = "observer-only-in-tests";
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+template <typename Pred>
+bool Eventually(Pred pred, std::chrono::milliseconds timeout = 5s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+// One nats-server with scripts/nats-auth's users (plus the observer) shared by every test here.
+class BusPermissionsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("wisp-sec");
+    const std::string d = dir_->path();
+    CommandResult r =
+        RunCommand(SourceDir() + "/scripts/nats-auth " + d + "/secrets > " + d + "/users.conf");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::string conf = ReadAll(d + "/users.conf");
+    // Add the observer as one more element of the generated users list (the list closes with the
+    // last "]" of the file).
+    const auto close = conf.rfind(']');
+    ASSERT_NE(close, std::string::npos) << conf;
+    conf.insert(close, std::string("  { user: ") + kObserver + ", password: \"" +
+                           kObserverPassword + "\" }\n  ");
+    std::ofstream(d + "/nats.conf") << conf << "\n";
+    NatsServer::Options o;
+    o.extra_args = {"-c", d + "/nats.conf"};
+    auto server = NatsServer::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    nats_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete nats_;
+    nats_ = nullptr;
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  static std::string Password(const std::string& user) {
+    if (user == kObserver) return kObserverPassword;
+    return ReadAll(dir_->path() + "/secrets/nats-" + user + ".password");
+  }
+
+  // A connection as `user`; JetStream calls give up after 0.5 s (a denied JS API call gets no reply).
+  static std::unique_ptr<NatsBus> Connect(const std::string& user) {
+    NatsBusOptions o;
+    o.servers = {nats_->url()};
+    o.name = "sec-" + user;
+    o.user = user;
+    o.password = Password(user);
+    o.jetstream_timeout = 500ms;
+    auto bus = NatsBus::Connect(o);
+    EXPECT_TRUE(bus.ok()) << user << ": " << bus.status();
+    return bus.ok() ? *std::move(bus) : nullptr;
+  }
+
+  static bus::BucketConfig Keys() { return bus::BucketConfig{.name = std::string(bus::buckets::kKeys)}; }
+
+  static TempDir* dir_;
+  static NatsServer* nats_;
+};
+TempDir* BusPermissionsTest::dir_ = nullptr;
+NatsServer* BusPermissionsTest::nats_ = nullptr;
+
+// Counts messages on one subject as seen by a connection.
+struct Tap {
+  std::atomic<int> n{0};
+  bus::SubscriptionPtr sub;
+};
+std::unique_ptr<Tap> Listen(NatsBus& b, std::string_view subject) {
+  auto tap = std::make_unique<Tap>();
+  auto sub = b.Subscribe(subject, "", [t = tap.get()](const bus::Message&) { t->n++; });
+  EXPECT_TRUE(sub.ok()) << sub.status();
+  if (sub.ok()) tap->sub = *std::move(sub);
+  return tap;
+}
+
+// Tests that a wrong password is refused at connect.
+TEST_F(BusPermissionsTest, RefusesWrongPassword) {
+  NatsBusOptions o;
+  o.servers = {nats_->url()};
+  o.user = "wisp-token";
+  o.password = "not-the-password";
+  auto bus = NatsBus::Connect(o);
+  EXPECT_FALSE(bus.ok());
+  o.user = "";
+  o.password = "";
+  EXPECT_FALSE(NatsBus::Connect(o).ok()) << "anonymous connections must be refused";
+}
+
+// Tests that wisp-token can create, write and read the wisp_keys bucket.
+TEST_F(BusPermissionsTest, TokenOwnsKeysBucket) {
+  auto token = Connect("wisp-token");
+  ASSERT_NE(token, nullptr);
+  auto kv = token->OpenBucket(Keys());
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  auto rev = (*kv)->Put("sealed-key-1", "ciphertext");
+  ASSERT_TRUE(rev.ok()) << rev.status();
+  auto got = (*kv)->Get("sealed-key-1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value, "ciphertext");
+  auto keys = (*kv)->Keys();
+  ASSERT_TRUE(keys.ok()) << keys.status();
+}
+
+// Tests that wisp-policy, wisp-gateway, wisp-populator and wispctl cannot open, read, write or
+// watch the wisp_keys bucket by any JetStream API or raw subject, while wisp-token can.
+TEST_F(BusPermissionsTest, OthersCannotTouchKeysBucket) {
+  auto token = Connect("wisp-token");
+  ASSERT_NE(token, nullptr);
+  auto kv = token->OpenBucket(Keys());
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  ASSERT_TRUE((*kv)->Put("sealed-key-1", "ciphertext").ok());
+  const std::string bucket(bus::buckets::kKeys);
+  const std::string stream = "KV_" + bucket;
+
+  for (const std::string user : {"wisp-policy", "wisp-gateway", "wisp-populator", "wispctl"}) {
+    SCOPED_TRACE(user);
+    auto b = Connect(user);
+    ASSERT_NE(b, nullptr);
+    // The KV API: open (stream info, then create) fails.
+    auto opened = b->OpenBucket(Keys());
+    EXPECT_FALSE(opened.ok()) << "opened " << bucket;
+    // Raw JetStream API calls a hand-written client would use: no answer at all.
+    for (const std::string& api :
+         {"$JS.API.STREAM.INFO." + stream, "$JS.API.STREAM.MSG.GET." + stream,
+          "$JS.API.DIRECT.GET." + stream + ".$KV." + bucket + ".sealed-key-1",
+          "$JS.API.DIRECT.GET." + stream, "$JS.API.STREAM.PURGE." + stream,
+          "$JS.API.STREAM.DELETE." + stream, "$JS.API.CONSUMER.CREATE." + stream,
+          "$JS.API.STREAM.UPDATE." + stream}) {
+      SCOPED_TRACE(api);
+      auto reply = b->Request(api, R"({"last_by_subj":"$KV.wisp_keys.sealed-key-1","seq":1})", 250ms);
+      EXPECT_FALSE(reply.ok()) << "answered: " << (reply.ok() ? reply->data : "");
+    }
+    // A raw write into the bucket's subject is dropped.
+    EXPECT_TRUE(b->Publish("$KV." + bucket + ".planted-by-" + user, "evil").ok());
+    // Watching the bucket's subjects delivers nothing.
+    auto tap = Listen(*b, "$KV." + bucket + ".>");
+    ASSERT_TRUE(b->Request("$JS.API.INFO", "", 2s).ok() || user == "wispctl");
+    ASSERT_TRUE((*kv)->Put("sealed-key-1", "ciphertext-2").ok());
+    // Round trip on `b` after the acknowledged put: a delivered $KV message would be ahead of it.
+    auto rtt = token->Request("$JS.API.INFO", "", 2s);
+    ASSERT_TRUE(rtt.ok()) << rtt.status();
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(tap->n.load(), 0) << user << " saw a wisp_keys write";
+  }
+  for (const std::string user : {"wisp-policy", "wisp-gateway", "wisp-populator", "wispctl"}) {
+    EXPECT_EQ((*kv)->Get("planted-by-" + user).status().code(), absl::StatusCode::kNotFound);
+  }
+}
+
+// Tests that every service can reach its own buckets (permitted JetStream traffic works).
+TEST_F(BusPermissionsTest, ServicesOpenTheirOwnBuckets) {
+  const std::vector<std::pair<std::string, std::string_view>> cases = {
+      {"wisp-policy", bus::buckets::kPods},        {"wisp-policy", bus::buckets::kSources},
+      {"wisp-gateway", bus::buckets::kProjections}, {"wisp-gateway", bus::buckets::kVolumes},
+      {"wisp-populator", bus::buckets::kVolumes},   {"wisp-populator", bus::buckets::kSources}};
+  for (const auto& [user, bucket] : cases) {
+    SCOPED_TRACE(user + " " + std::string(bucket));
+    auto b = Connect(user);
+    ASSERT_NE(b, nullptr);
+    auto kv = b->OpenBucket(bus::BucketConfig{.name = std::string(bucket)});
+    ASSERT_TRUE(kv.ok()) << kv.status();
+    auto rev = (*kv)->Put("k-" + user, "v");
+    ASSERT_TRUE(rev.ok()) << rev.status();
+    auto got = (*kv)->Get("k-" + user);
+    ASSERT_TRUE(got.ok()) << got.status();
+    auto keys = (*kv)->Keys();  // an ordered consumer: stream lookup, consumer create, flow control
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    std::atomic<int> seen{0};
+    auto watch = (*kv)->Watch(">", [&](const bus::KvEntry& e) {
+      if (!e.key.empty()) seen++;
+    });
+    ASSERT_TRUE(watch.ok()) << watch.status();
+    EXPECT_TRUE(Eventually([&] { return seen.load() >= 1; }));
+  }
+  // And not each other's: the gateway has no business in wisp_pods, policy none in wisp_projections.
+  auto gw = Connect("wisp-gateway");
+  EXPECT_FALSE(gw->OpenBucket(bus::BucketConfig{.name = std::string(bus::buckets::kPods)}).ok());
+  auto policy = Connect("wisp-policy");
+  EXPECT_FALSE(
+      policy->OpenBucket(bus::BucketConfig{.name = std::string(bus::buckets::kProjections)}).ok());
+}
+
+// Tests that the gateway's calls to the subjects it translates to work end to end.
+TEST_F(BusPermissionsTest, GatewayCallsItsSubjects) {
+  auto policy = Connect("wisp-policy");
+  auto token = Connect("wisp-token");
+  auto populator = Connect("wisp-populator");
+  auto gw = Connect("wisp-gateway");
+  ASSERT_TRUE(policy && token && populator && gw);
+  auto echo = [](std::string who) {
+    return [who](const bus::Request& r) { return bus::Reply::Ok(who + ":" + r.msg.data); };
+  };
+  std::vector<bus::SubscriptionPtr> subs;
+  for (auto s : {subjects::kPolicyMutate, subjects::kPolicyValidate}) {
+    subs.push_back(*policy->Serve(s, bus::queues::kPolicy, echo("policy")));
+  }
+  for (auto s : {subjects::kTokenIssue, subjects::kTokenExchange, subjects::kTokenKeys,
+                 subjects::kTokenReview}) {
+    subs.push_back(*token->Serve(s, bus::queues::kToken, echo("token")));
+  }
+  for (auto s : {subjects::kVolumeCreate, subjects::kVolumeGet}) {
+    subs.push_back(*populator->Serve(s, bus::queues::kPopulator, echo("populator")));
+  }
+  // Node-routed work as the code routes it: the controller gateway asks a node gateway for its
+  // capacity (csi_server.cpp / controller_service.cpp), a populator forwards a delete to the
+  // volume's node (volume_service.cpp), the gateway asks a node's populator about a volume.
+  const std::string node_volume = subjects::Node("node-a", "volume.delete");
+  subs.push_back(*populator->Serve(node_volume, "", echo("populator")));
+  const std::string node_capacity = subjects::Node("node-a", "csi.capacity");
+  subs.push_back(*gw->Serve(node_capacity, "", echo("gateway")));
+  ASSERT_TRUE(gw->Request("$JS.API.INFO", "", 2s).ok());
+  ASSERT_TRUE(populator->Request("$JS.API.INFO", "", 2s).ok());
+
+  for (auto s : {subjects::kPolicyMutate, subjects::kPolicyValidate, subjects::kTokenIssue,
+                 subjects::kTokenExchange, subjects::kTokenKeys, subjects::kTokenReview,
+                 subjects::kVolumeCreate, subjects::kVolumeGet}) {
+    SCOPED_TRACE(std::string(s));
+    auto reply = gw->Request(s, "x", 2s);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+  }
+  auto reply = gw->Request(node_volume, "x", 2s);
+  EXPECT_TRUE(reply.ok()) << "gateway -> node populator: " << reply.status();
+  reply = populator->Request(node_volume, "x", 2s);
+  EXPECT_TRUE(reply.ok()) << "populator -> node populator: " << reply.status();
+  reply = gw->Request(node_capacity, "x", 2s);
+  EXPECT_TRUE(reply.ok()) << "controller gateway -> node gateway: " << reply.status();
+}
+
+// Tests that the gateway cannot publish to subjects it does not translate to: the populate work
+// queue, token events, the key bucket and other services' control subjects.
+TEST_F(BusPermissionsTest, GatewayCannotPublishElsewhere) {
+  auto observer = Connect(kObserver);
+  auto gw = Connect("wisp-gateway");
+  ASSERT_TRUE(observer && gw);
+  const std::vector<std::string> denied = {subjects::PopulateJobs("x"),
+                                           std::string(subjects::kTokenKeysChanged),
+                                           subjects::VolumeEvents("v1"),
+                                           "$KV.wisp_keys.k",
+                                           "$JS.API.STREAM.CREATE.WISP_POPULATE",
+                                           "wisp.v1.node.node-a.gateway.status",
+                                           "_INBOX.someone-else"};
+  std::vector<std::unique_ptr<Tap>> taps;
+  for (const auto& s : denied) taps.push_back(Listen(*observer, s));
+  auto control = Listen(*observer, subjects::kVolumeCreate);
+  ASSERT_TRUE(observer->Request("$JS.API.INFO", "", 2s).ok());  // subscriptions registered
+
+  for (const auto& s : denied) ASSERT_TRUE(gw->Publish(s, "evil").ok());
+  ASSERT_TRUE(gw->Publish(subjects::kVolumeCreate, "ok").ok());
+  ASSERT_TRUE(Eventually([&] { return control->n.load() == 1; })) << "permitted publish lost";
+  for (size_t i = 0; i < denied.size(); ++i) {
+    EXPECT_EQ(taps[i]->n.load(), 0) << "gateway published to " << denied[i];
+  }
+  // A request to a denied subject gets no answer even though someone serves it.
+  auto serving = observer->Serve(subjects::PopulateJobs("x"), "",
+                                 [](const bus::Request&) { return bus::Reply::Ok("served"); });
+  ASSERT_TRUE(serving.ok());
+  ASSERT_TRUE(observer->Request("$JS.API.INFO", "", 2s).ok());
+  auto reply = gw->Request(subjects::PopulateJobs("x"), "evil", 500ms);
+  EXPECT_FALSE(reply.ok());
+}
+
+// Tests that no service can serve (subscribe to) another service's subjects: a request then finds
+// no responders and the impostor's handler never runs; each one serves its own subjects.
+TEST_F(BusPermissionsTest, ServiceCannotAnswerOthersSubjects) {
+  auto observer = Connect(kObserver);
+  ASSERT_NE(observer, nullptr);
+  struct Case {
+    std::string user;
+    std::string_view foreign;
+    std::string_view own;
+  };
+  const std::vector<Case> cases = {
+      {"wisp-policy", subjects::kTokenIssue, subjects::kPolicyMutate},
+      {"wisp-policy", subjects::kVolumeCreate, subjects::kPolicyValidate},
+      {"wisp-gateway", subjects::kTokenIssue, ""},
+      {"wisp-gateway", subjects::kPolicyMutate, ""},
+      {"wisp-gateway", subjects::kTokenExchange, ""},
+      {"wisp-populator", subjects::kTokenIssue, subjects::kVolumeCreate},
+      {"wisp-populator", subjects::kPolicyValidate, subjects::kVolumeGet},
+      {"wisp-token", subjects::kPolicyMutate, subjects::kTokenIssue},
+      {"wisp-token", subjects::kVolumeCreate, subjects::kTokenExchange},
+      {"wispctl", subjects::kTokenIssue, ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.user + " serving " + std::string(c.foreign));
+    auto b = Connect(c.user);
+    ASSERT_NE(b, nullptr);
+    std::atomic<int> calls{0};
+    auto impostor = b->Serve(c.foreign, "", [&](const bus::Request&) {
+      calls++;
+      return bus::Reply::Ok("forged");
+    });
+    // nats.c accepts the SUB locally; the server refuses it. Round trip so the refusal happened.
+    ASSERT_TRUE(b->Request("$JS.API.INFO", "", 2s).ok() || c.user == "wispctl");
+    auto reply = observer->Request(c.foreign, "who", 500ms);
+    EXPECT_FALSE(reply.ok()) << "answered by an impostor: " << reply->data;
+    EXPECT_EQ(calls.load(), 0);
+    if (!c.own.empty()) {
+      auto own = b->Serve(c.own, "", [](const bus::Request&) { return bus::Reply::Ok("mine"); });
+      ASSERT_TRUE(own.ok());
+      ASSERT_TRUE(b->Request("$JS.API.INFO", "", 2s).ok());
+      auto ok = observer->Request(c.own, "who", 2s);
+      ASSERT_TRUE(ok.ok()) << ok.status();
+      EXPECT_EQ(ok->data, "mine");
+    }
+  }
+}
+
+// Tests that only wisp-token can announce key changes, and that the gateway receives them.
+TEST_F(BusPermissionsTest, OnlyTokenAnnouncesKeys) {
+  auto gw = Connect("wisp-gateway");
+  auto token = Connect("wisp-token");
+  auto policy = Connect("wisp-policy");
+  ASSERT_TRUE(gw && token && policy);
+  auto tap = Listen(*gw, subjects::kTokenKeysChanged);
+  ASSERT_TRUE(gw->Request("$JS.API.INFO", "", 2s).ok());
+  ASSERT_TRUE(policy->Publish(subjects::kTokenKeysChanged, "forged").ok());
+  ASSERT_TRUE(policy->Request("$JS.API.INFO", "", 2s).ok());  // the server has handled the forgery
+  ASSERT_TRUE(token->Publish(subjects::kTokenKeysChanged, "real").ok());
+  ASSERT_TRUE(Eventually([&] { return tap->n.load() >= 1; }));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(tap->n.load(), 1) << "a forged key-change event reached the gateway";
+}
+
+}  // namespace
+}  // namespace wisp::integration

@@ -1,0 +1,7 @@
+# Security and fault-injection integration tests (issue 8). Included from integration/CMakeLists.txt.
+
+# Least privilege on the bus: scripts/nats-auth's users against a real nats-server.
+wisp_add_test(security_bus_integration_test
+  SOURCES security_bus_test.cpp
+  DEPS wisp::bus wisp::integration_stack
+  LABELS integration)
