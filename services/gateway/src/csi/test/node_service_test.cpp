@@ -1,0 +1,347 @@
+#include "csi/node_service.hpp"
+
+#include <filesystem>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include "csi/csi_metrics.hpp"
+#include "csi/projection_store.hpp"
+#include "csi/strip_secrets.hpp"
+#include "csi/test/csi_test_fixtures.hpp"
+#include "wisp/fsutil/testing/fake_mounter.hpp"
+#include "wisp/log/log.hpp"
+
+namespace wisp::gateway::csi {
+namespace {
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::FakePopulator;
+using testing::FakeTokenService;
+using testing::ReadFile;
+using testing::TokenPublish;
+
+class NodeServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = testing::MakeTempDir("wisp-csi-node");
+    fs::create_directories(root_ + "/pods");
+    fs::create_directories(root_ + "/volumes");
+    bus::BucketConfig bucket;
+    bucket.name = std::string(bus::buckets::kProjections);
+    store_ = std::make_unique<KvProjectionStore>(*bus_.OpenBucket(bucket), "node-a");
+    node_ = MakeNode();
+  }
+  void TearDown() override {
+    node_.reset();
+    fs::remove_all(root_);
+  }
+
+  std::unique_ptr<NodeService> MakeNode() {
+    NodeOptions options;
+    options.node_id = "node-a";
+    options.volume_root = root_ + "/volumes";
+    options.target_roots = {root_ + "/pods"};
+    return std::make_unique<NodeService>(options, bus_, issuer_, *store_, mounter_, clock_,
+                                         metrics_);
+  }
+  std::string Target(const std::string& name) { return root_ + "/pods/" + name; }
+
+  FakeClock clock_;
+  bus::testing::InMemoryBus bus_{clock_};
+  FakeTokenService token_service_{bus_, clock_};
+  BusTokenIssuer issuer_{bus_, std::chrono::seconds(2)};
+  fsutil::testing::FakeMounter mounter_;
+  prometheus::Registry registry_;
+  CsiMetrics metrics_{registry_};
+  std::unique_ptr<KvProjectionStore> store_;
+  std::unique_ptr<NodeService> node_;
+  std::string root_;
+};
+
+// Tests that a wisp token volume gets a tmpfs, an atomically written token, a record and a timer.
+TEST_F(NodeServiceTest, PublishesWispTokenVolume) {
+  const std::string target = Target("t1");
+  ASSERT_TRUE(node_->Publish(TokenPublish("csi-1", target)).ok());
+  EXPECT_EQ(mounter_.Get(target).kind, "tmpfs");
+  EXPECT_EQ(ReadFile(target + "/token"), "tok-1");
+  EXPECT_EQ(fs::read_symlink(target + "/token").string(), "..data/token");
+  EXPECT_EQ(fs::status(target + "/token").permissions(), fs::perms(0644));
+  const v1::IssueRequest issued = token_service_.last();
+  EXPECT_EQ(issued.audiences(0), "vault");
+  EXPECT_EQ(issued.expiration_seconds(), 900);
+  EXPECT_EQ(issued.subject().pod_uid(), "uid-1");
+  EXPECT_EQ(issued.subject().node_name(), "node-a");
+  auto stored = store_->Get("csi-1");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->target_path(), target);
+  EXPECT_EQ(stored->token_source(), "wisp");
+  const int64_t now = clock_.NowUnixSeconds();
+  // 80% of 900 s, minus at most 10 s of jitter.
+  EXPECT_LE(*node_->scheduler().DueUnix("csi-1"), now + 720);
+  EXPECT_GE(*node_->scheduler().DueUnix("csi-1"), now + 710);
+  EXPECT_EQ(metrics_.token_volumes.Value(), 1);
+}
+
+// Tests that the scheduler rotates the token at 80% of its lifetime, replacing the file.
+TEST_F(NodeServiceTest, RotatesAtEightyPercentOfLifetime) {
+  const std::string target = Target("t1");
+  ASSERT_TRUE(node_->Publish(TokenPublish("csi-1", target)).ok());
+  clock_.Advance(std::chrono::seconds(700));
+  EXPECT_EQ(node_->scheduler().RunDue(), 0);
+  clock_.Advance(std::chrono::seconds(21));
+  EXPECT_EQ(node_->scheduler().RunDue(), 1);
+  EXPECT_EQ(ReadFile(target + "/token"), "tok-2");
+  EXPECT_EQ(store_->Get("csi-1")->rotations(), 1);
+  EXPECT_EQ(metrics_.rotations_ok.Value(), 1);
+  EXPECT_GT(*node_->scheduler().DueUnix("csi-1"), clock_.NowUnixSeconds() + 700);
+}
+
+// Tests that a failed rotation keeps the current token and retries soon.
+TEST_F(NodeServiceTest, FailedRotationKeepsTokenAndRetries) {
+  const std::string target = Target("t1");
+  ASSERT_TRUE(node_->Publish(TokenPublish("csi-1", target)).ok());
+  bus_.FailSubject(bus::subjects::kTokenIssue, absl::UnavailableError("wisp-token down"));
+  clock_.Advance(std::chrono::seconds(721));
+  EXPECT_EQ(node_->scheduler().RunDue(), 1);
+  EXPECT_EQ(ReadFile(target + "/token"), "tok-1");
+  EXPECT_EQ(metrics_.rotations_error.Value(), 1);
+  EXPECT_LE(*node_->scheduler().DueUnix("csi-1"), clock_.NowUnixSeconds() + 30);
+  bus_.ClearFaults();
+  clock_.Advance(std::chrono::seconds(30));
+  EXPECT_EQ(node_->scheduler().RunDue(), 1);
+  EXPECT_EQ(ReadFile(target + "/token"), "tok-2");
+}
+
+// Tests that a republish refreshes contents only: no new mount, no new token before it is due.
+TEST_F(NodeServiceTest, RepublishIsIdempotent) {
+  const std::string target = Target("t1");
+  ASSERT_TRUE(node_->Publish(TokenPublish("csi-1", target)).ok());
+  ASSERT_TRUE(node_->Publish(TokenPublish("csi-1", target)).ok());
+  EXPECT_EQ(mounter_.mount_calls(), 1);
+  EXPECT_EQ(token_service_.issued(), 1);
+  EXPECT_EQ(ReadFile(target + "/token"), "tok-1");
+  // The same volume at another target is a conflict.
+  auto other = node_->Publish(TokenPublish("csi-1", Target("t2")));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+// Tests kubelet-token mode: the token comes from the volume context and republish refreshes it.
+TEST_F(NodeServiceTest, KubeletTokenModeRefreshesOnRepublish) {
+  const std::string target = Target("k1");
+  auto req = TokenPublish("csi-k", target);
+  (*req.mutable_volume_context())["tokenSource"] = "kubelet";
+  (*req.mutable_volume_context())[kServiceAccountTokensKey] =
+      R"({"vault":{"token":"kubelet-1","expirationTimestamp":"2027-01-15T08:00:00Z"}})";
+  ASSERT_TRUE(node_->Publish(req).ok());
+  EXPECT_EQ(ReadFile(target + "/token"), "kubelet-1");
+  EXPECT_FALSE(node_->scheduler().DueUnix("csi-k").has_value());
+  (*req.mutable_volume_context())[kServiceAccountTokensKey] =
+      R"({"vault":{"token":"kubelet-2","expirationTimestamp":"2027-01-15T08:10:00Z"}})";
+  ASSERT_TRUE(node_->Publish(req).ok());
+  EXPECT_EQ(ReadFile(target + "/token"), "kubelet-2");
+  EXPECT_EQ(mounter_.mount_calls(), 1);
+  EXPECT_EQ(token_service_.issued(), 0);
+  EXPECT_EQ(store_->Get("csi-k")->token_source(), "kubelet");
+}
+
+// Tests that a restarted node service picks the record up and carries on rotating.
+TEST_F(NodeServiceTest, RecoverResumesRotationAfterRestart) {
+  const std::string target = Target("t1");
+  ASSERT_TRUE(node_->Publish(TokenPublish("csi-1", target)).ok());
+  const int64_t due = *node_->scheduler().DueUnix("csi-1");
+  node_.reset();  // the gateway goes away; the tmpfs (fake) stays mounted
+  clock_.Advance(std::chrono::seconds(800));
+  node_ = MakeNode();
+  ASSERT_TRUE(node_->Recover().ok());
+  EXPECT_EQ(*node_->scheduler().DueUnix("csi-1"), due);
+  EXPECT_EQ(node_->scheduler().RunDue(), 1);
+  EXPECT_EQ(ReadFile(target + "/token"), "tok-2");
+  EXPECT_EQ(metrics_.token_volumes.Value(), 1);
+}
+
+// Tests that Recover drops records whose target went away while the gateway was down.
+TEST_F(NodeServiceTest, RecoverDropsVanishedTargets) {
+  const std::string target = Target("t1");
+  ASSERT_TRUE(node_->Publish(TokenPublish("csi-1", target)).ok());
+  node_.reset();
+  ASSERT_TRUE(mounter_.Unmount(target).ok());
+  node_ = MakeNode();
+  ASSERT_TRUE(node_->Recover().ok());
+  EXPECT_EQ(node_->scheduler().size(), 0u);
+  EXPECT_EQ(store_->Get("csi-1").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Tests that unpublish unmounts, removes the target, drops the record and stops rotation.
+TEST_F(NodeServiceTest, UnpublishRemovesEverything) {
+  const std::string target = Target("t1");
+  ASSERT_TRUE(node_->Publish(TokenPublish("csi-1", target)).ok());
+  ::csi::v1::NodeUnpublishVolumeRequest req;
+  req.set_volume_id("csi-1");
+  req.set_target_path(target);
+  ASSERT_TRUE(node_->Unpublish(req).ok());
+  EXPECT_FALSE(mounter_.IsMounted(target));
+  EXPECT_FALSE(fs::exists(target));
+  EXPECT_EQ(node_->scheduler().size(), 0u);
+  EXPECT_EQ(store_->Get("csi-1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(metrics_.token_volumes.Value(), 0);
+  // Again: nothing there, still OK.
+  EXPECT_TRUE(node_->Unpublish(req).ok());
+}
+
+// Tests that bad requests are refused with the field named, and nothing is mounted or issued.
+TEST_F(NodeServiceTest, RejectsBadRequests) {
+  struct Case {
+    std::string name;
+    std::function<void(::csi::v1::NodePublishVolumeRequest&)> mutate;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"no volume id", [](auto& r) { r.clear_volume_id(); }, "volume_id is required"},
+      {"no target", [](auto& r) { r.clear_target_path(); }, "target_path is required"},
+      {"no capability", [](auto& r) { r.clear_volume_capability(); },
+       "volume_capability is required"},
+      {"block", [](auto& r) { r.mutable_volume_capability()->mutable_block(); },
+       "volume_capability: block access is not supported"},
+      {"relative target", [](auto& r) { r.set_target_path("pods/x"); },
+       "target_path must be an absolute path"},
+      {"dotdot target", [this](auto& r) { r.set_target_path(Target("../../etc")); },
+       "target_path must not contain '..'"},
+      {"outside roots", [](auto& r) { r.set_target_path("/etc/x"); },
+       "is not under an allowed root"},
+      {"short lifetime", [](auto& r) { (*r.mutable_volume_context())["expirationSeconds"] = "60"; },
+       "may not specify a duration less than 10 minutes"},
+      {"bad path", [](auto& r) { (*r.mutable_volume_context())["path"] = "../x"; },
+       "volume_context[path]"},
+      {"bad mode", [](auto& r) { (*r.mutable_volume_context())["fileMode"] = "8"; },
+       "volume_context[fileMode]"},
+      {"no pod", [](auto& r) { r.mutable_volume_context()->erase(kPodUidKey); },
+       "csi.storage.k8s.io/pod.uid"},
+      {"kubelet without tokens",
+       [](auto& r) { (*r.mutable_volume_context())["tokenSource"] = "kubelet"; },
+       "csi.storage.k8s.io/serviceAccount.tokens]: is required"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto req = TokenPublish("csi-bad", Target("bad"));
+    c.mutate(req);
+    auto result = node_->Publish(req);
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(result.status().message()), HasSubstr(c.message));
+  }
+  EXPECT_EQ(mounter_.mount_calls(), 0);
+  EXPECT_EQ(token_service_.issued(), 0);
+  EXPECT_FALSE(fs::exists(Target("bad")));
+}
+
+// Tests that wisp-token being down fails the publish cleanly, leaving nothing behind.
+TEST_F(NodeServiceTest, IssuerDownLeavesNothingBehind) {
+  bus_.FailSubject(bus::subjects::kTokenIssue, absl::UnavailableError("down"));
+  auto result = node_->Publish(TokenPublish("csi-1", Target("t1")));
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(mounter_.Count(), 0u);
+  EXPECT_FALSE(fs::exists(Target("t1")));
+  EXPECT_EQ(store_->Get("csi-1").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Tests that a persistent volume is bind-mounted read-only and republish is idempotent.
+TEST_F(NodeServiceTest, BindMountsPersistentVolume) {
+  FakePopulator populator(bus_, root_ + "/volumes");
+  const v1::VolumeStatus vol = populator.AddReady("vol-1", "node-a");
+  ::csi::v1::NodePublishVolumeRequest req;
+  req.set_volume_id("vol-1");
+  req.set_target_path(Target("p1"));
+  *req.mutable_volume_capability() = testing::MountCapability();
+  req.set_readonly(true);
+  ASSERT_TRUE(node_->Publish(req).ok());
+  EXPECT_EQ(mounter_.Get(Target("p1")).kind, "bind");
+  EXPECT_EQ(mounter_.Get(Target("p1")).source, vol.path());
+  EXPECT_TRUE(mounter_.Get(Target("p1")).read_only);
+  ASSERT_TRUE(node_->Publish(req).ok());
+  EXPECT_EQ(mounter_.mount_calls(), 1);
+  req.set_readonly(false);
+  EXPECT_EQ(node_->Publish(req).status().code(), absl::StatusCode::kAlreadyExists);
+
+  ::csi::v1::NodeGetVolumeStatsRequest stats;
+  stats.set_volume_id("vol-1");
+  stats.set_volume_path(Target("p1"));
+  auto usage = node_->VolumeStats(stats);
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  EXPECT_EQ(usage->usage_size(), 2);
+  stats.set_volume_path("some/path");
+  EXPECT_EQ(node_->VolumeStats(stats).status().code(), absl::StatusCode::kNotFound);
+
+  ::csi::v1::NodeUnpublishVolumeRequest un;
+  un.set_volume_id("vol-1");
+  un.set_target_path(Target("p1"));
+  ASSERT_TRUE(node_->Unpublish(un).ok());
+  EXPECT_FALSE(fs::exists(Target("p1")));
+  EXPECT_TRUE(fs::exists(vol.path()));
+}
+
+// Tests persistent-volume refusals: unknown volume, a path outside the volume root, another node.
+TEST_F(NodeServiceTest, RefusesUnsafeOrForeignPersistentVolumes) {
+  FakePopulator populator(bus_, root_ + "/volumes");
+  ::csi::v1::NodePublishVolumeRequest req;
+  req.set_target_path(Target("p1"));
+  *req.mutable_volume_capability() = testing::MountCapability();
+  req.set_volume_id("missing");
+  EXPECT_EQ(node_->Publish(req).status().code(), absl::StatusCode::kNotFound);
+
+  v1::VolumeStatus escape = populator.AddReady("vol-x", "node-a");
+  escape.set_path("/etc");
+  populator.Put(escape);
+  req.set_volume_id("vol-x");
+  auto st = node_->Publish(req).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("is not under an allowed root"));
+
+  populator.AddReady("vol-b", "node-b");
+  req.set_volume_id("vol-b");
+  EXPECT_EQ(node_->Publish(req).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(mounter_.mount_calls(), 0);
+}
+
+// Tests NodeGetInfo's node id and topology, and the capabilities.
+TEST_F(NodeServiceTest, InfoAndCapabilities) {
+  auto info = node_->Info();
+  EXPECT_EQ(info.node_id(), "node-a");
+  EXPECT_EQ(info.accessible_topology().segments().at(kTopologyKey), "node-a");
+  auto caps = node_->Capabilities();
+  ASSERT_EQ(caps.capabilities_size(), 1);
+  EXPECT_EQ(caps.capabilities(0).rpc().type(),
+            ::csi::v1::NodeServiceCapability::RPC::GET_VOLUME_STATS);
+}
+
+// Tests that neither a kubelet token nor an issued one reaches the log, even at debug level.
+TEST_F(NodeServiceTest, NeverLogsTokens) {
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  auto logger = log::Get("csi-node");
+  logger->sinks().push_back(sink);
+  const auto level = logger->level();
+  logger->set_level(spdlog::level::debug);
+
+  auto req = TokenPublish("csi-k", Target("k1"));
+  (*req.mutable_volume_context())["tokenSource"] = "kubelet";
+  (*req.mutable_volume_context())[kServiceAccountTokensKey] =
+      R"({"vault":{"token":"SECRET-kubelet","expirationTimestamp":"2027-01-15T08:00:00Z"}})";
+  ::csi::v1::NodePublishVolumeResponse resp;
+  grpc::ServerContext ctx;
+  EXPECT_TRUE(node_->NodePublishVolume(&ctx, &req, &resp).ok());
+  auto wisp_req = TokenPublish("csi-w", Target("w1"));
+  EXPECT_TRUE(node_->NodePublishVolume(&ctx, &wisp_req, &resp).ok());
+
+  logger->set_level(level);
+  logger->sinks().pop_back();
+  EXPECT_THAT(out.str(), HasSubstr("NodePublishVolume request"));
+  EXPECT_THAT(out.str(), Not(HasSubstr("SECRET-kubelet")));
+  EXPECT_THAT(out.str(), Not(HasSubstr("tok-1")));
+}
+
+}  // namespace
+}  // namespace wisp::gateway::csi
