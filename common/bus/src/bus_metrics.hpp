@@ -28,6 +28,7 @@ inline const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
 struct CallSeries {
   std::array<prometheus::Counter*, 17> by_code{};
   prometheus::Histogram* duration = nullptr;
+  prometheus::Labels labels;  // shared by both metrics
 };
 
 // Caches CallSeries per key (a subject, or "service/endpoint").
@@ -38,23 +39,30 @@ class CallSeriesCache {
       : counters_(counters), durations_(durations) {}
 
   // `labels` are the labels shared by both metrics (the counter adds "code").
-  CallSeries& Get(const std::string& key, const prometheus::Labels& labels) {
+  CallSeries& Get(std::string_view key, const prometheus::Labels& labels) {
     std::lock_guard lock(mu_);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
-    CallSeries& s = cache_[key];
+    CallSeries& s = cache_[std::string(key)];
     s.duration = &durations_.Add(labels, LatencyBuckets());
+    s.labels = labels;
     return s;
   }
 
-  void Record(CallSeries& s, const prometheus::Labels& labels, absl::StatusCode code,
-              double seconds) {
+  // The series for `key` if already created (no allocation on the hot path).
+  CallSeries* Find(std::string_view key) {
+    std::lock_guard lock(mu_);
+    auto it = cache_.find(key);
+    return it == cache_.end() ? nullptr : &it->second;
+  }
+
+  void Record(CallSeries& s, absl::StatusCode code, double seconds) {
     const auto i = static_cast<size_t>(code) < s.by_code.size() ? static_cast<size_t>(code) : 2;
     prometheus::Counter* c;
     {
       std::lock_guard lock(mu_);
       if (s.by_code[i] == nullptr) {
-        prometheus::Labels l = labels;
+        prometheus::Labels l = s.labels;
         l["code"] = std::string(StatusCodeName(static_cast<absl::StatusCode>(i)));
         s.by_code[i] = &counters_.Add(l);
       }
@@ -68,7 +76,7 @@ class CallSeriesCache {
   prometheus::Family<prometheus::Counter>& counters_;
   prometheus::Family<prometheus::Histogram>& durations_;
   std::mutex mu_;
-  std::map<std::string, CallSeries> cache_;
+  std::map<std::string, CallSeries, std::less<>> cache_;
 };
 
 // Client side and connection metrics of one NatsBus.
@@ -95,9 +103,9 @@ struct BusClientMetrics {
         cache(requests, durations) {}
 
   void Record(std::string_view subject, absl::StatusCode code, double seconds) {
-    std::string key(subject);
-    prometheus::Labels labels{{"subject", key}};
-    cache.Record(cache.Get(key, labels), labels, code, seconds);
+    CallSeries* s = cache.Find(subject);
+    if (s == nullptr) s = &cache.Get(subject, {{"subject", std::string(subject)}});
+    cache.Record(*s, code, seconds);
   }
 
   prometheus::Gauge& connected;

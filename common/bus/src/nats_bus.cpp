@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -154,153 +155,313 @@ std::string RandomId() {
 
 // ---- Subscriptions ----
 
-// Shared between a Subscription handle and nats.c's callbacks (which hold their own reference
-// until the subscription's completion callback, so the state outlives every callback).
-struct SubCore {
-  natsConnection* nc = nullptr;
+// Subscribe (plain messages): nats.c's async delivery thread runs the handler. The state is shared
+// between the Subscription handle and nats.c's callbacks, which hold their own reference until the
+// subscription's completion callback, so it outlives every callback.
+struct MsgCore {
   natsSubscription* sub = nullptr;
   std::string subject;
-  RequestHandler request_handler;
-  MessageHandler message_handler;
-
-  // Serve worker queue.
+  MessageHandler handler;
+  std::atomic<bool> finished{false};
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::pair<MsgPtr, Clock::time_point>> queue;
-  int busy = 0;
-  bool stopping = false;
-  std::vector<std::thread> workers;
-
-  // Completion (no more nats.c callbacks).
-  std::mutex done_mu;
-  std::condition_variable done_cv;
   bool complete = false;
-  std::atomic<bool> finished{false};  // Close() ran
-
-  void Reply(const Message& in, bus::Reply reply) {
-    if (in.reply.empty()) return;  // a publish to a service subject: nobody waits
-    auto out = BuildMsg(in.reply, nullptr, reply.data, reply.headers);
-    if (!out.ok()) return;
-    natsStatus s = natsConnection_PublishMsg(nc, out->get());
-    if (s != NATS_OK) {
-      SPDLOG_LOGGER_WARN(Logger(), "reply on {} not sent: {}", subject, natsStatus_GetText(s));
-    }
-  }
-
-  void WorkerLoop() {
-    std::unique_lock lock(mu);
-    while (true) {
-      cv.wait(lock, [&] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;  // stopping and nothing left
-      auto [msg, arrived] = std::move(queue.front());
-      queue.pop_front();
-      ++busy;
-      lock.unlock();
-      Message in = ToMessage(msg.get());
-      msg.reset();
-      {
-        log::ScopedRequestId rid(in.Header(kHeaderRequestId));
-        bus::Reply reply = ServeRequest(request_handler, in, arrived);
-        Reply(in, std::move(reply));
-      }
-      lock.lock();
-      --busy;
-      if (queue.empty() && busy == 0) cv.notify_all();
-    }
-  }
-
-  void StartWorkers(int n) {
-    for (int i = 0; i < std::max(1, n); ++i) workers.emplace_back([this] { WorkerLoop(); });
-  }
-
-  // Waits until the queue is empty and no handler runs (at most until `deadline`).
-  bool WaitIdle(Clock::time_point deadline) {
-    std::unique_lock lock(mu);
-    return cv.wait_until(lock, deadline, [&] { return queue.empty() && busy == 0; });
-  }
-
-  void StopWorkers(bool drop_queued) {
-    {
-      std::lock_guard lock(mu);
-      stopping = true;
-      if (drop_queued) queue.clear();
-    }
-    cv.notify_all();
-    for (auto& t : workers) {
-      if (t.joinable()) t.join();
-    }
-    workers.clear();
-  }
 
   bool WaitComplete(Clock::time_point deadline) {
-    std::unique_lock lock(done_mu);
-    return done_cv.wait_until(lock, deadline, [&] { return complete; });
+    std::unique_lock lock(mu);
+    return cv.wait_until(lock, deadline, [&] { return complete; });
   }
 };
 
 void OnSubMsg(natsConnection*, natsSubscription*, natsMsg* raw, void* closure) {
   MsgPtr msg(raw);
-  auto* core = static_cast<std::shared_ptr<SubCore>*>(closure)->get();
-  if (core->request_handler) {
-    const auto arrived = Clock::now();
-    {
-      std::lock_guard lock(core->mu);
-      if (core->stopping) return;
-      core->queue.emplace_back(std::move(msg), arrived);
-    }
-    core->cv.notify_one();
-    return;
-  }
+  auto* core = static_cast<std::shared_ptr<MsgCore>*>(closure)->get();
   Message in = ToMessage(msg.get());
   msg.reset();
-  core->message_handler(in);
+  core->handler(in);
 }
 
 void OnSubComplete(void* closure) {
-  auto* holder = static_cast<std::shared_ptr<SubCore>*>(closure);
+  auto* holder = static_cast<std::shared_ptr<MsgCore>*>(closure);
   {
-    std::lock_guard lock((*holder)->done_mu);
+    std::lock_guard lock((*holder)->mu);
     (*holder)->complete = true;
   }
-  (*holder)->done_cv.notify_all();
+  (*holder)->cv.notify_all();
   delete holder;
 }
 
-class NatsSubscription final : public Subscription {
+class NatsMessageSubscription final : public Subscription {
  public:
-  explicit NatsSubscription(std::shared_ptr<SubCore> core) : core_(std::move(core)) {}
-  ~NatsSubscription() override { Close(); }
+  explicit NatsMessageSubscription(std::shared_ptr<MsgCore> core) : core_(std::move(core)) {}
+  ~NatsMessageSubscription() override { Close(); }
 
-  absl::Status Drain() override { return DrainUntil(Clock::now() + std::chrono::seconds(30)); }
-
-  absl::Status DrainUntil(Clock::time_point deadline) {
+  absl::Status Drain() override {
     if (core_->finished) return absl::OkStatus();
-    natsStatus s = natsSubscription_Drain(core_->sub);
-    if (s == NATS_OK) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      natsSubscription_WaitForDrainCompletion(core_->sub, std::max<int64_t>(left.count(), 1));
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    if (natsSubscription_Drain(core_->sub) == NATS_OK) {
+      natsSubscription_WaitForDrainCompletion(core_->sub, 30000);
     }
-    core_->WaitComplete(deadline);
-    const bool idle = core_->WaitIdle(deadline);
+    const bool done = core_->WaitComplete(deadline);
     Close();
-    if (!idle) return absl::DeadlineExceededError("drain of " + core_->subject + " timed out");
-    return absl::OkStatus();
+    return done ? absl::OkStatus()
+                : absl::DeadlineExceededError("drain of " + core_->subject + " timed out");
   }
-
-  const std::shared_ptr<SubCore>& core() const { return core_; }
 
  private:
   void Close() {
     if (core_->finished.exchange(true)) return;
-    natsSubscription_Unsubscribe(core_->sub);  // may fail when already drained/closed: fine
+    natsSubscription_Unsubscribe(core_->sub);  // fails harmlessly when already drained/closed
     // Wait for nats.c to stop calling us; a closed connection completes subscriptions too.
     core_->WaitComplete(Clock::now() + std::chrono::seconds(10));
-    core_->StopWorkers(/*drop_queued=*/true);
     natsSubscription_Destroy(core_->sub);
     core_->sub = nullptr;
   }
 
-  std::shared_ptr<SubCore> core_;
+  std::shared_ptr<MsgCore> core_;
+};
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// Wakes a spare serving thread when a handler has run inline for longer than kInlineGraceNs (see
+// ServeCore). Ticks every kTickMs while requests flow; sleeps after a second without any.
+class Ticker {
+ public:
+  static constexpr int64_t kTickMs = 5;
+  static constexpr int64_t kInlineGraceNs = 5'000'000;
+  static constexpr int64_t kIdleNs = 1'000'000'000;
+
+  explicit Ticker(std::function<void(int64_t)> tick) : tick_(std::move(tick)) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Ticker() { Stop(); }
+
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Called when a handler starts inline; cheap unless the ticker was asleep.
+  void Activity() {
+    last_activity_ns_.store(NowNs());
+    if (asleep_.load()) {
+      std::lock_guard lock(mu_);
+      cv_.notify_one();
+    }
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      if (NowNs() - last_activity_ns_.load() > kIdleNs) {
+        asleep_.store(true);
+        cv_.wait(lock, [&] { return stop_ || NowNs() - last_activity_ns_.load() <= kIdleNs; });
+        asleep_.store(false);
+        continue;
+      }
+      cv_.wait_for(lock, std::chrono::milliseconds(kTickMs));
+      if (stop_) break;
+      lock.unlock();
+      tick_(NowNs());
+      lock.lock();
+    }
+  }
+
+  std::function<void(int64_t)> tick_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::atomic<int64_t> last_activity_ns_{0};
+  std::atomic<bool> asleep_{false};
+  std::thread thread_;
+};
+
+// Serve (requests): a synchronous nats.c subscription shared by `max_running + 1` threads in a
+// leader/follower scheme. One thread at a time waits in NextMsg (the listener) and stamps each
+// arrival with the time it left nats.c. If a handler slot is free and nothing is queued, the
+// listener runs the handler itself, so a request costs no thread hop beyond raw nats.c; should
+// that handler run longer than 5 ms, the ticker wakes a spare thread to take over listening and
+// stamping. When every slot is busy the listener queues the stamped message; a request whose
+// deadline passes in that queue is answered DeadlineExceeded without calling the handler. (A
+// request that arrived in the first ~5-10 ms of a long inline handler is stamped when the spare
+// thread takes it, so its wait is undercounted by at most that much: never a false expiry.)
+struct ServeCore {
+  natsConnection* nc = nullptr;
+  natsSubscription* sub = nullptr;
+  std::string subject;
+  RequestHandler handler;
+  int max_running = 1;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<MsgPtr, Clock::time_point>> queue;
+  int running = 0;
+  bool listening = false;
+  bool stopping = false;   // Close(): finish the running handlers, drop the rest
+  bool sub_done = false;   // NextMsg reported the subscription gone (drained or closed)
+  std::atomic<bool> finished{false};
+  std::vector<std::thread> threads;
+  std::shared_ptr<Ticker> ticker;
+  std::atomic<int64_t> inline_since_ns{0};  // a handler runs inline with nobody listening
+
+  // From the ticker: hands the listener role to a spare thread once an inline handler runs long.
+  void Nudge(int64_t now_ns) {
+    const int64_t since = inline_since_ns.load();
+    if (since == 0 || now_ns - since < Ticker::kInlineGraceNs) return;
+    std::lock_guard lock(mu);
+    inline_since_ns.store(0);
+    if (!listening && !stopping) cv.notify_one();
+  }
+
+  void SendReply(const Message& in, const Reply& reply) {
+    if (in.reply.empty()) return;  // a publish to a service subject: nobody waits
+    auto out = BuildMsg(in.reply, nullptr, reply.data, reply.headers);
+    if (!out.ok()) return;
+    if (natsStatus s = natsConnection_PublishMsg(nc, out->get()); s != NATS_OK) {
+      SPDLOG_LOGGER_WARN(Logger(), "reply on {} not sent: {}", subject, natsStatus_GetText(s));
+    }
+  }
+
+  void Handle(MsgPtr msg, Clock::time_point arrived) {
+    Message in = ToMessage(msg.get());
+    msg.reset();
+    log::ScopedRequestId rid(in.Header(kHeaderRequestId));
+    SendReply(in, ServeRequest(handler, in, arrived));
+  }
+
+  // Runs one message with `lock` released; counts it as running.
+  void RunLocked(std::unique_lock<std::mutex>& lock, MsgPtr msg, Clock::time_point arrived) {
+    ++running;
+    lock.unlock();
+    Handle(std::move(msg), arrived);
+    lock.lock();
+    --running;
+    cv.notify_all();
+  }
+
+  void Loop() {
+    std::unique_lock lock(mu);
+    while (true) {
+      if (stopping) return;
+      if (!queue.empty() && running < max_running) {
+        auto [msg, arrived] = std::move(queue.front());
+        queue.pop_front();
+        RunLocked(lock, std::move(msg), arrived);
+        continue;
+      }
+      if (sub_done && queue.empty()) return;
+      if (!listening && !sub_done) {
+        listening = true;
+        lock.unlock();
+        natsMsg* raw = nullptr;
+        const natsStatus s = natsSubscription_NextMsg(&raw, sub, 500);
+        const auto arrived = Clock::now();
+        MsgPtr msg(raw);
+        lock.lock();
+        listening = false;
+        if (s == NATS_TIMEOUT) continue;
+        if (s == NATS_SLOW_CONSUMER) {
+          SPDLOG_LOGGER_WARN(Logger(), "requests on {} dropped: too many pending", subject);
+          continue;
+        }
+        if (s != NATS_OK) {  // unsubscribed, drained or connection closed
+          sub_done = true;
+          cv.notify_all();
+          continue;
+        }
+        if (stopping) return;
+        if (running < max_running && queue.empty()) {
+          // Serve it on this thread; the ticker brings in a listener if this takes long.
+          inline_since_ns.store(NowNs());
+          if (ticker) ticker->Activity();
+          RunLocked(lock, std::move(msg), arrived);
+          inline_since_ns.store(0);
+        } else {
+          queue.emplace_back(std::move(msg), arrived);
+          cv.notify_all();
+        }
+        continue;
+      }
+      cv.wait(lock);
+    }
+  }
+
+  void Start() {
+    for (int i = 0; i < max_running + 1; ++i) threads.emplace_back([this] { Loop(); });
+  }
+
+  // Stops delivery: the server drops interest and, after the flush, everything it sent before
+  // is in nats.c's queue or ours.
+  void StartDrain() {
+    if (finished) return;
+    if (natsSubscription_Drain(sub) != NATS_OK) natsSubscription_Unsubscribe(sub);
+  }
+
+  // After StartDrain + a connection flush: waits until every delivered request was served. The
+  // state must hold twice in a row, so a message the listener just took from nats.c (in its hand,
+  // not yet queued or running) is not missed.
+  bool WaitDrained(Clock::time_point deadline) {
+    int quiet = 0;
+    while (true) {
+      int pending = 0;
+      int bytes = 0;
+      if (finished || natsSubscription_GetPending(sub, &pending, &bytes) != NATS_OK) pending = 0;
+      bool idle;
+      {
+        std::lock_guard lock(mu);
+        idle = (sub_done || pending == 0) && queue.empty() && running == 0;
+      }
+      quiet = idle ? quiet + 1 : 0;
+      if (quiet >= 2) return true;
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  void Close() {
+    if (finished.exchange(true)) return;
+    {
+      std::lock_guard lock(mu);
+      stopping = true;
+      queue.clear();
+    }
+    natsSubscription_Unsubscribe(sub);  // wakes the listener; fails harmlessly when drained
+    cv.notify_all();
+    for (auto& t : threads) {
+      if (t.joinable()) t.join();
+    }
+    threads.clear();
+    natsSubscription_Destroy(sub);
+    sub = nullptr;
+  }
+};
+
+class NatsServeSubscription final : public Subscription {
+ public:
+  explicit NatsServeSubscription(std::shared_ptr<ServeCore> core) : core_(std::move(core)) {}
+  ~NatsServeSubscription() override { core_->Close(); }
+
+  absl::Status Drain() override {
+    if (core_->finished) return absl::OkStatus();
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    core_->StartDrain();
+    natsConnection_FlushTimeout(core_->nc, 5000);
+    const bool done = core_->WaitDrained(deadline);
+    core_->Close();
+    return done ? absl::OkStatus()
+                : absl::DeadlineExceededError("drain of " + core_->subject + " timed out");
+  }
+
+ private:
+  std::shared_ptr<ServeCore> core_;
 };
 
 }  // namespace
@@ -317,7 +478,20 @@ struct NatsBus::Impl {
   std::mutex mu;
   std::condition_variable cv;
   bool closed = false;
-  std::vector<std::weak_ptr<SubCore>> serves;  // for Drain()
+  std::atomic<bool> closing{false};  // we are closing on purpose: a disconnect is expected
+  std::vector<std::weak_ptr<ServeCore>> serves;  // for Drain() and the ticker
+  std::shared_ptr<Ticker> ticker;
+
+  void Tick(int64_t now_ns) {
+    std::vector<std::shared_ptr<ServeCore>> cores;
+    {
+      std::lock_guard lock(mu);
+      for (auto& w : serves) {
+        if (auto c = w.lock()) cores.push_back(std::move(c));
+      }
+    }
+    for (auto& c : cores) c->Nudge(now_ns);
+  }
 
   // nats.c callback closure; lives until the closed callback (the last one nats.c makes).
   struct Callbacks {
@@ -326,8 +500,10 @@ struct NatsBus::Impl {
   Callbacks* callbacks = nullptr;
 
   ~Impl() {
+    if (ticker) ticker->Stop();  // it visits `serves`; serving cores may outlive us
     if (js != nullptr) jsCtx_Destroy(js);
     if (nc != nullptr) {
+      closing = true;
       natsConnection_Close(nc);
       std::unique_lock lock(mu);
       const bool done =
@@ -363,7 +539,7 @@ struct NatsBus::Impl {
   static void OnDisconnected(natsConnection*, void* c) {
     auto* impl = static_cast<Callbacks*>(c)->impl;
     impl->SetConnected(false);
-    SPDLOG_LOGGER_WARN(Logger(), "disconnected from NATS; reconnecting");
+    if (!impl->closing) SPDLOG_LOGGER_WARN(Logger(), "disconnected from NATS; reconnecting");
   }
   static void OnReconnected(natsConnection* nc, void* c) {
     auto* impl = static_cast<Callbacks*>(c)->impl;
@@ -408,16 +584,45 @@ struct NatsBus::Impl {
     return delay;
   }
 
-  absl::StatusOr<SubscriptionPtr> Subscribe(std::string_view subject, std::string_view queue,
-                                            RequestHandler rh, MessageHandler mh) {
-    if (subject.empty()) return absl::InvalidArgumentError("subscribe: empty subject");
-    auto core = std::make_shared<SubCore>();
+  absl::StatusOr<SubscriptionPtr> Serve(std::string_view subject, std::string_view queue,
+                                        RequestHandler handler) {
+    if (subject.empty()) return absl::InvalidArgumentError("serve: empty subject");
+    auto core = std::make_shared<ServeCore>();
     core->nc = nc;
     core->subject = std::string(subject);
-    core->request_handler = std::move(rh);
-    core->message_handler = std::move(mh);
-    if (core->request_handler) core->StartWorkers(options.serve_threads);
-    auto* holder = new std::shared_ptr<SubCore>(core);
+    core->handler = std::move(handler);
+    core->max_running = options.serve_threads;
+    {
+      std::lock_guard lock(mu);
+      if (!ticker) ticker = std::make_shared<Ticker>([this](int64_t now) { Tick(now); });
+      core->ticker = ticker;
+    }
+    const std::string q(queue);
+    natsStatus s = q.empty()
+                       ? natsConnection_SubscribeSync(&core->sub, nc, core->subject.c_str())
+                       : natsConnection_QueueSubscribeSync(&core->sub, nc, core->subject.c_str(),
+                                                           q.c_str());
+    if (s != NATS_OK) return FromNats(s, "subscribing to " + core->subject);
+    // Let a burst queue in nats.c rather than being dropped as a slow consumer.
+    natsSubscription_SetPendingLimits(core->sub, 65536, 256 * 1024 * 1024);
+    core->Start();
+    {
+      std::lock_guard lock(mu);
+      serves.erase(std::remove_if(serves.begin(), serves.end(),
+                                  [](const std::weak_ptr<ServeCore>& w) { return w.expired(); }),
+                   serves.end());
+      serves.push_back(core);
+    }
+    return SubscriptionPtr(std::make_unique<NatsServeSubscription>(std::move(core)));
+  }
+
+  absl::StatusOr<SubscriptionPtr> Subscribe(std::string_view subject, std::string_view queue,
+                                            MessageHandler handler) {
+    if (subject.empty()) return absl::InvalidArgumentError("subscribe: empty subject");
+    auto core = std::make_shared<MsgCore>();
+    core->subject = std::string(subject);
+    core->handler = std::move(handler);
+    auto* holder = new std::shared_ptr<MsgCore>(core);
     natsSubscription* sub = nullptr;
     const std::string q(queue);
     natsStatus s = q.empty()
@@ -433,20 +638,11 @@ struct NatsBus::Impl {
       } else {
         delete holder;
       }
-      core->StopWorkers(true);
       return st;
     }
-    // Nothing is buffered by the kernel for us: let queued requests wait in nats.c up to its limits.
     natsSubscription_SetPendingLimits(sub, 65536, 256 * 1024 * 1024);
     core->sub = sub;
-    if (core->request_handler) {
-      std::lock_guard lock(mu);
-      serves.erase(std::remove_if(serves.begin(), serves.end(),
-                                  [](const std::weak_ptr<SubCore>& w) { return w.expired(); }),
-                   serves.end());
-      serves.push_back(core);
-    }
-    return SubscriptionPtr(std::make_unique<NatsSubscription>(std::move(core)));
+    return SubscriptionPtr(std::make_unique<NatsMessageSubscription>(std::move(core)));
   }
 };
 
@@ -967,14 +1163,14 @@ absl::StatusOr<SubscriptionPtr> NatsBus::Serve(std::string_view subject,
                                                std::string_view queue_group,
                                                RequestHandler handler) {
   if (!handler) return absl::InvalidArgumentError("Serve: empty handler");
-  return impl_->Subscribe(subject, queue_group, std::move(handler), nullptr);
+  return impl_->Serve(subject, queue_group, std::move(handler));
 }
 
 absl::StatusOr<SubscriptionPtr> NatsBus::Subscribe(std::string_view subject,
                                                    std::string_view queue_group,
                                                    MessageHandler handler) {
   if (!handler) return absl::InvalidArgumentError("Subscribe: empty handler");
-  return impl_->Subscribe(subject, queue_group, nullptr, std::move(handler));
+  return impl_->Subscribe(subject, queue_group, std::move(handler));
 }
 
 JetStream& NatsBus::Js() { return *impl_->jetstream; }
@@ -1023,33 +1219,31 @@ std::string NatsBus::ConnectedUrl() const {
 
 absl::Status NatsBus::Drain(std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
-  std::vector<std::shared_ptr<SubCore>> serves;
+  std::vector<std::shared_ptr<ServeCore>> serves;
   {
     std::lock_guard lock(impl_->mu);
     for (auto& w : impl_->serves) {
       if (auto c = w.lock()) serves.push_back(std::move(c));
     }
   }
-  // First stop taking requests and let queued ones finish while replies can still go out.
-  for (auto& core : serves) {
-    if (core->sub != nullptr && !core->finished) natsSubscription_Drain(core->sub);
+  // First stop taking requests and let the delivered ones finish while replies can still go out.
+  for (auto& core : serves) core->StartDrain();
+  if (!serves.empty()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    natsConnection_FlushTimeout(impl_->nc, std::max<int64_t>(left.count(), 1));
   }
   bool idle = true;
   for (auto& core : serves) {
-    if (core->sub != nullptr && !core->finished) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      natsSubscription_WaitForDrainCompletion(core->sub, std::max<int64_t>(left.count(), 1));
-    }
-    idle = core->WaitIdle(deadline) && idle;
+    if (!core->finished) idle = core->WaitDrained(deadline) && idle;
   }
+  impl_->closing = true;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   natsStatus s = natsConnection_DrainTimeout(impl_->nc, std::max<int64_t>(left.count(), 1));
-  if (s != NATS_OK && s != NATS_CONNECTION_CLOSED) {
-    natsConnection_Close(impl_->nc);
-  }
+  if (s != NATS_OK && s != NATS_CONNECTION_CLOSED) natsConnection_Close(impl_->nc);
   std::unique_lock lock(impl_->mu);
   const bool closed = impl_->cv.wait_until(lock, deadline + std::chrono::milliseconds(500),
                                            [&] { return impl_->closed; });
+  lock.unlock();
   if (!closed) natsConnection_Close(impl_->nc);
   if (!idle || !closed) return absl::DeadlineExceededError("bus drain did not finish in time");
   return absl::OkStatus();

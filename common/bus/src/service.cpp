@@ -215,7 +215,7 @@ absl::Status Service::AddEndpoint(std::string_view name, std::string_view subjec
       s.average_processing_time_ns = s.processing_time_ns / static_cast<int64_t>(s.num_requests);
     }
     if (metrics != nullptr) {
-      metrics->cache.Record(*raw->series, raw->labels, reply.status.code(),
+      metrics->cache.Record(*raw->series, reply.status.code(),
                             std::chrono::duration<double>(elapsed).count());
     }
     return reply;

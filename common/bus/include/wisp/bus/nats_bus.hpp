@@ -16,10 +16,12 @@
 //     micro error headers comes back as that Status.
 //
 // Threads (which thread runs each handler):
-//   - Serve: nats.c's delivery thread of the subscription only stamps the arrival time and queues
-//     the message; the subscription's own `serve_threads` worker threads (default 1, so handlers of
-//     one subscription run one at a time, in order) run the handler. A request whose deadline has
-//     passed while it waited in that queue is answered DeadlineExceeded without calling the handler.
+//   - Serve: the subscription's own threads (serve_threads + 1) run the handler, at most
+//     `serve_threads` at once (default 1: handlers of one subscription run one at a time, in
+//     arrival order). One of them always waits for the next request and stamps its arrival, so a
+//     request whose deadline passes while it waits behind a busy handler is answered
+//     DeadlineExceeded without calling the handler. An idle subscription runs the handler on the
+//     thread that received it (no extra thread hop, for latency).
 //   - Subscribe: the handler runs on nats.c's delivery thread of that subscription (in order).
 //   - KeyValue::Watch: the handler runs on the watch's own thread.
 //   - Handlers of different subscriptions run concurrently. Destroying a Subscription waits for its
