@@ -344,6 +344,57 @@ TEST_F(NatsBusTest, ReconnectsAfterServerKill) {
   ASSERT_TRUE(Eventually([&] { return bus_->Request("it.re", "", 1s).ok(); }, 10s));
 }
 
+// Tests that a durable pull consumer and a KV watch opened before a nats-server SIGKILL keep
+// working after it restarts with the same store.
+TEST_F(NatsBusTest, JetStreamAndWatchSurviveServerKill) {
+  ASSERT_TRUE(bus_->Js().EnsureStream({.name = "IT_RE", .subjects = {"it.re.jobs.>"},
+                                       .work_queue = true}).ok());
+  auto consumer = bus_->Js().PullSubscribe("IT_RE", {.durable = "it-re", .ack_wait = 2s});
+  ASSERT_TRUE(consumer.ok()) << consumer.status();
+  auto kv = bus_->OpenBucket({.name = "it_re_kv"});
+  ASSERT_TRUE(kv.ok());
+  std::mutex mu;
+  std::vector<std::string> seen;
+  auto w = (*kv)->Watch(">", [&](const KvEntry& e) {
+    std::lock_guard lock(mu);
+    seen.push_back(e.key.empty() ? "<end>" : e.key + "=" + e.value);
+  });
+  ASSERT_TRUE(w.ok());
+  auto saw = [&](const std::string& what) {
+    std::lock_guard lock(mu);
+    return std::find(seen.begin(), seen.end(), what) != seen.end();
+  };
+  ASSERT_TRUE(Eventually([&] { return saw("<end>"); }));
+  ASSERT_TRUE(bus_->Js().Publish("it.re.jobs.a", "before").ok());
+
+  nats_->Kill();
+  ASSERT_TRUE(nats_->Restart().ok());
+  ASSERT_TRUE(Eventually([&] { return bus_->State() == ConnectionState::kConnected; }, 15s));
+
+  // The message stored before the crash is still there for the same durable.
+  std::vector<std::string> got;
+  ASSERT_TRUE(Eventually([&] {
+    auto batch = (*consumer)->Fetch(5, 500ms);
+    if (!batch.ok()) return false;
+    for (auto& m : *batch) {
+      got.push_back(m->msg().data);
+      EXPECT_TRUE(m->Ack().ok());
+    }
+    return !got.empty();
+  }, 15s));
+  EXPECT_EQ(got.front(), "before");
+  ASSERT_TRUE(Eventually([&] { return bus_->Js().Publish("it.re.jobs.a", "after").ok(); }, 10s));
+  ASSERT_TRUE(Eventually([&] {
+    auto batch = (*consumer)->Fetch(1, 500ms);
+    if (!batch.ok() || batch->empty()) return false;
+    EXPECT_EQ((*batch)[0]->msg().data, "after");
+    return (*batch)[0]->Ack().ok();
+  }, 10s));
+
+  ASSERT_TRUE(Eventually([&] { return (*kv)->Put("k", "after-restart").ok(); }, 10s));
+  EXPECT_TRUE(Eventually([&] { return saw("k=after-restart"); }, 10s));
+}
+
 // Tests that Drain lets an in-flight request finish and answer, then closes.
 TEST_F(NatsBusTest, DrainFinishesInFlight) {
   auto server = NewBus();
