@@ -5,3 +5,9 @@ wisp_add_test(security_bus_integration_test
   SOURCES security_bus_test.cpp
   DEPS wisp::bus wisp::integration_stack
   LABELS integration)
+
+# Faults: a 3-node cluster with an R3 bucket, one node SIGKILLed under steady load.
+wisp_add_test(faults_cluster_integration_test
+  SOURCES faults_cluster_test.cpp
+  DEPS wisp::bus wisp::integration_harness
+  LABELS integration)
