@@ -1,0 +1,119 @@
+#include "token_server.hpp"
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "wisp/status/fake_clock.hpp"
+
+namespace wisp::sidecar {
+namespace {
+
+// A StsClient that counts calls, can block until released, and can fail.
+class FakeSts : public StsClient {
+ public:
+  absl::StatusOr<AccessToken> Exchange(const std::string& subject) override {
+    {
+      std::unique_lock lock(mu);
+      ++calls;
+      last_subject = subject;
+      cv.wait(lock, [&] { return !hold; });
+    }
+    if (!fail.ok()) return fail;
+    return AccessToken{"access-" + std::to_string(calls), "Bearer", std::chrono::seconds(1000)};
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hold = false;
+  int calls = 0;
+  std::string last_subject;
+  absl::Status fail = absl::OkStatus();
+};
+
+class TokenServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { std::ofstream(path_) << "subject-jwt\n"; }
+  const std::string path_ = ::testing::TempDir() + "/sidecar-token";
+  FakeClock clock_;
+  FakeSts sts_;
+  TokenFile file_{path_};
+  TokenServer server_{file_, sts_, clock_};
+};
+
+// Tests that the answer has oauth2.Token's JSON shape with an RFC 3339 expiry.
+TEST_F(TokenServerTest, AnswersOauth2TokenJson) {
+  auto r = server_.Handle({});
+  ASSERT_EQ(r.status, 200);
+  auto j = nlohmann::json::parse(r.body);
+  EXPECT_EQ(j["access_token"], "access-1");
+  EXPECT_EQ(j["token_type"], "Bearer");
+  EXPECT_EQ(j["expiry"], FormatRfc3339Nano(clock_.Now() + std::chrono::seconds(1000)));
+  EXPECT_EQ(j.size(), 3u);
+  EXPECT_EQ(sts_.last_subject, "subject-jwt");
+}
+
+// Tests that the token is served from cache until 80% of its lifetime, then refreshed.
+TEST_F(TokenServerTest, CachesUntilEightyPercent) {
+  EXPECT_EQ(server_.Get()->access_token, "access-1");
+  clock_.Advance(std::chrono::seconds(799));
+  EXPECT_EQ(server_.Get()->access_token, "access-1");
+  EXPECT_EQ(sts_.calls, 1);
+  clock_.Advance(std::chrono::seconds(1));
+  EXPECT_EQ(server_.Get()->access_token, "access-2");
+  EXPECT_EQ(sts_.calls, 2);
+}
+
+// Tests that concurrent callers during an exchange share one STS call.
+TEST_F(TokenServerTest, SingleFlightUnderConcurrency) {
+  {
+    std::lock_guard lock(sts_.mu);
+    sts_.hold = true;
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] { ok += server_.Get().ok() ? 1 : 0; });
+  }
+  while (true) {
+    std::lock_guard lock(sts_.mu);
+    if (sts_.calls == 1) break;
+  }
+  {
+    std::lock_guard lock(sts_.mu);
+    sts_.hold = false;
+  }
+  sts_.cv.notify_all();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok, 8);
+  EXPECT_EQ(sts_.calls, 1);
+}
+
+// Tests that a failed refresh serves the still-valid cached token, and fails once it expired.
+TEST_F(TokenServerTest, ServesCachedTokenWhileRefreshFails) {
+  ASSERT_TRUE(server_.Get().ok());
+  sts_.fail = absl::UnavailableError("gateway down");
+  clock_.Advance(std::chrono::seconds(900));
+  EXPECT_EQ(server_.Get()->access_token, "access-1");
+  clock_.Advance(std::chrono::seconds(100));
+  auto r = server_.Handle({});
+  EXPECT_EQ(r.status, 500);
+  EXPECT_NE(r.body.find("gateway down"), std::string::npos);
+  EXPECT_EQ(r.body.find("access-1"), std::string::npos);
+}
+
+// Tests Go's RFC3339Nano formatting (UTC, trailing zeros trimmed).
+TEST(FormatRfc3339NanoTest, MatchesGo) {
+  using std::chrono::system_clock;
+  EXPECT_EQ(FormatRfc3339Nano(system_clock::time_point(std::chrono::seconds(1800000000))),
+            "2027-01-15T08:00:00Z");
+  EXPECT_EQ(FormatRfc3339Nano(system_clock::time_point(std::chrono::seconds(1800000000) +
+                                                       std::chrono::milliseconds(120))),
+            "2027-01-15T08:00:00.12Z");
+}
+
+}  // namespace
+}  // namespace wisp::sidecar

@@ -1,0 +1,61 @@
+// wisp-token: parses settings, loads the policy and KEK, runs TokenService until SIGTERM.
+#include "key_manager.hpp"
+#include "token_service.hpp"
+#include "wisp/bus/subjects.hpp"
+#include "wisp/runtime/runtime.hpp"
+
+int main(int argc, char** argv) {
+  using namespace wisp;
+  runtime::CommonSettings common{.metrics_address = "0.0.0.0:9092"};
+  std::string kek_file, algorithm = "RS256", issuer_url = "https://localhost:8443", jwks_uri,
+                        policy_file;
+  std::chrono::milliseconds rotation = std::chrono::hours(24), leeway = std::chrono::seconds(60);
+  config::Flags flags("wisp-token", "token issuance: signing keys, JWKS, bound tokens, STS exchange");
+  runtime::AddCommonFlags(flags, common);
+  flags.String("key-encryption-key-file", &kek_file,
+               "File holding the 32-byte key-encryption key (raw, hex or base64) that seals the "
+               "signing keys in the wisp_keys bucket. Required.");
+  flags.Enum("algorithm", &algorithm, {"RS256", "ES256"}, "Default signing algorithm.");
+  flags.Duration("key-rotation-period", &rotation, "How often a new signing key is made.",
+                 [](auto d) { return d >= std::chrono::minutes(1) ? absl::OkStatus()
+                              : absl::InvalidArgumentError("must be at least 1m"); });
+  flags.String("issuer-url", &issuer_url, "The iss of every token; discovery is served under it.");
+  flags.String("jwks-uri", &jwks_uri, "jwks_uri in discovery (default <issuer-url>/openid/v1/jwks).");
+  flags.String("policy-file", &policy_file, "YAML token policy (audiences, lifetimes, exchange).");
+  flags.Duration("review-leeway", &leeway, "Clock skew allowed when checking exp and nbf.");
+  flags.ParseOrExit(argc, argv);
+  if (kek_file.empty()) {
+    return runtime::Fail("wisp-token", absl::InvalidArgumentError("key-encryption-key-file: required"));
+  }
+  auto kek = jwt::Kek::FromFile(kek_file);
+  if (!kek.ok()) return runtime::Fail("wisp-token", absl::InvalidArgumentError(kek.status().message()));
+  auto policy = policy_file.empty() ? token::Policy::FromYaml("") : token::Policy::FromFile(policy_file);
+  if (!policy.ok()) return runtime::Fail("wisp-token", policy.status());
+  const jwt::Algorithm alg = *jwt::ParseAlgorithm(algorithm);
+
+  auto process = runtime::Process::Start("wisp-token", common);
+  if (!process.ok()) return runtime::Fail("wisp-token", process.status());
+  auto kv = (*process)->bus().OpenBucket({.name = std::string(bus::buckets::kKeys), .history = 5});
+  if (!kv.ok()) return runtime::Fail("wisp-token", kv.status());
+  token::TokenMetrics metrics((*process)->registry());
+  Clock& clock = SystemClock::Instance();
+  token::KeyManager keys(**kv, *kek, clock,
+                         {.rotation_period = std::chrono::duration_cast<std::chrono::seconds>(rotation),
+                          .longest_token = std::chrono::seconds(policy->LongestTokenSeconds()),
+                          .default_algorithm = alg},
+                         &metrics);
+  if (auto st = keys.Start(); !st.ok()) return runtime::Fail("wisp-token", st);
+  token::Issuer issuer(keys, *policy, clock, metrics, {.issuer = issuer_url, .default_algorithm = alg});
+  token::Reviewer reviewer(keys, clock, metrics,
+                           {.issuer = issuer_url,
+                            .leeway = std::chrono::duration_cast<std::chrono::seconds>(leeway)});
+  token::Exchanger exchanger(reviewer, issuer, *policy, clock, metrics);
+  auto micro = (*process)->RegisterService("signing keys, JWKS, bound tokens, STS exchange, review");
+  if (!micro.ok()) return runtime::Fail("wisp-token", micro.status());
+  token::TokenService service(**micro, (*process)->bus(), keys, issuer, reviewer, exchanger,
+                              {.issuer = issuer_url, .jwks_uri = jwks_uri});
+  if (auto st = service.Start(); !st.ok()) return runtime::Fail("wisp-token", st);
+  (*process)->WaitForSignal();
+  service.Stop();
+  return (*process)->Shutdown();
+}
