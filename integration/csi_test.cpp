@@ -1,0 +1,368 @@
+// CSI end to end: the real wisp-gateway binary serving CSI on its unix socket, driven with gRPC
+// from C++, with a real nats-server and (unless a test replaces it) the real wisp-token and
+// wisp-populator. Runs as root: the gateway makes real tmpfs and bind mounts.
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <linux/magic.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "csi_client.hpp"
+#include "wisp/bus/nats_bus.hpp"
+#include "wisp/bus/proto.hpp"
+#include "wisp/bus/subjects.hpp"
+#include "wisp/integration/stack.hpp"
+#include "wisp/v1/token.pb.h"
+
+namespace wisp::integration {
+namespace {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+bool IsTmpfs(const std::string& path) {
+  struct statfs st;
+  return ::statfs(path.c_str(), &st) == 0 && st.f_type == TMPFS_MAGIC;
+}
+
+bool IsMountPoint(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string a, b, c, root, mp;
+    f >> a >> b >> c >> root >> mp;
+    if (mp == path) return true;
+  }
+  return false;
+}
+
+// Waits until `pred` holds, at most `timeout`.
+template <typename Pred>
+bool Eventually(Pred pred, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return pred();
+}
+
+// Stands in for wisp-token when a test needs lifetimes wisp-token refuses (< 600 s): answers
+// wisp.v1.token.issue with "short-<n>" tokens living `lifetime`.
+class ShortTokenIssuer {
+ public:
+  ShortTokenIssuer(const std::string& nats_url, std::chrono::seconds lifetime)
+      : lifetime_(lifetime) {
+    bus::NatsBusOptions options;
+    options.servers = {nats_url};
+    options.name = "csi-test-issuer";
+    bus_ = *bus::NatsBus::Connect(options);
+    sub_ = *bus_->Serve(bus::subjects::kTokenIssue, bus::queues::kToken,
+                        [this](const bus::Request& r) -> bus::Reply {
+                          auto req = bus::ParseBody<v1::IssueRequest>(r);
+                          if (!req.ok()) return bus::Reply::Error(req.status());
+                          const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                                                  std::chrono::system_clock::now().time_since_epoch())
+                                                  .count();
+                          v1::IssueResponse resp;
+                          std::lock_guard lock(mu_);
+                          // Distinct lengths, so a torn read could never pass for a valid token.
+                          const int n = ++issued_;
+                          resp.set_token("short-" + std::to_string(n) + "-" +
+                                         std::string(100 + 37 * n, 'x'));
+                          issued_tokens_.insert(resp.token());
+                          resp.set_issued_at_unix(now);
+                          resp.set_expiration_unix(now + lifetime_.count());
+                          return bus::ProtoReply(resp);
+                        });
+  }
+  int issued() {
+    std::lock_guard lock(mu_);
+    return issued_;
+  }
+  bool IsIssued(const std::string& token) {
+    std::lock_guard lock(mu_);
+    return issued_tokens_.count(token) > 0;
+  }
+
+ private:
+  std::chrono::seconds lifetime_;
+  std::mutex mu_;
+  int issued_ = 0;
+  std::set<std::string> issued_tokens_;
+  std::unique_ptr<bus::NatsBus> bus_;
+  bus::SubscriptionPtr sub_;
+};
+
+class CsiIntegrationTest : public ::testing::Test {
+ protected:
+  void StartStack(StackOptions options = {}) {
+    auto stack = Stack::Start(options);
+    ASSERT_TRUE(stack.ok()) << stack.status();
+    stack_ = *std::move(stack);
+    client_ = std::make_unique<CsiClient>(stack_->csi_socket());
+    ASSERT_TRUE(Eventually([&] { return fs::exists(stack_->csi_socket()); }, 10s));
+  }
+  std::string Target(const std::string& name) {
+    const std::string dir = stack_->target_root() + "/pods/" + name;
+    fs::create_directories(dir);  // the kubelet makes the parent; the plugin the target itself
+    return dir + "/mount";
+  }
+
+  // A failed test may leave mounts behind; take them off before the stack's directory goes.
+  void TearDown() override {
+    if (!stack_) return;
+    const std::string root = stack_->target_root() + "/";
+    std::vector<std::string> leftovers;
+    std::ifstream in("/proc/self/mountinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string a, b, c, r, mp;
+      f >> a >> b >> c >> r >> mp;
+      if (mp.compare(0, root.size(), root) == 0) leftovers.push_back(mp);
+    }
+    for (auto it = leftovers.rbegin(); it != leftovers.rend(); ++it) ::umount2(it->c_str(), MNT_DETACH);
+  }
+
+  std::unique_ptr<Stack> stack_;
+  std::unique_ptr<CsiClient> client_;
+};
+
+// Tests Identity over the socket: the plugin name, capabilities, a ready Probe, socket mode 0660.
+TEST_F(CsiIntegrationTest, IdentityAndProbe) {
+  StartStack();
+  ::csi::v1::GetPluginInfoResponse info;
+  ASSERT_TRUE(client_->identity->GetPluginInfo(CsiClient::Ctx().get(), {}, &info).ok());
+  EXPECT_EQ(info.name(), "csi.wisp.dev");
+  ::csi::v1::GetPluginCapabilitiesResponse caps;
+  ASSERT_TRUE(client_->identity->GetPluginCapabilities(CsiClient::Ctx().get(), {}, &caps).ok());
+  EXPECT_EQ(caps.capabilities_size(), 2);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        ::csi::v1::ProbeResponse probe;
+        return client_->identity->Probe(CsiClient::Ctx().get(), {}, &probe).ok() &&
+               probe.ready().value();
+      },
+      15s));
+  struct stat st;
+  ASSERT_EQ(::stat(stack_->csi_socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  ::csi::v1::NodeGetInfoResponse node;
+  ASSERT_TRUE(client_->node->NodeGetInfo(CsiClient::Ctx().get(), {}, &node).ok());
+  EXPECT_EQ(node.node_id(), "node-a");
+  EXPECT_EQ(node.accessible_topology().segments().at("topology.wisp.dev/node"), "node-a");
+}
+
+// Tests scenario 4 with the real wisp-token: a tmpfs with a JWT written atomically, then removed.
+TEST_F(CsiIntegrationTest, TokenVolumeWithWispToken) {
+  StartStack();
+  const std::string target = Target("vault");
+  grpc::Status st = client_->Publish(TokenVolumeRequest("csi-vault", target, "vault", "900"));
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(IsTmpfs(target));
+  const std::string token = ReadAll(target + "/token");
+  EXPECT_EQ(std::count(token.begin(), token.end(), '.'), 2) << "a JWT";
+  EXPECT_EQ(fs::read_symlink(target + "/token").string(), "..data/token");
+  EXPECT_THAT(fs::read_symlink(target + "/..data").string(), ::testing::StartsWith("..20"));
+  // Republish (requiresRepublish) changes nothing.
+  ASSERT_TRUE(client_->Publish(TokenVolumeRequest("csi-vault", target, "vault", "900")).ok());
+  EXPECT_EQ(ReadAll(target + "/token"), token);
+  // The token is never logged.
+  EXPECT_THAT(stack_->process("wisp-gateway").Log(), ::testing::Not(HasSubstr(token)));
+
+  ASSERT_TRUE(client_->Unpublish("csi-vault", target).ok());
+  EXPECT_FALSE(IsMountPoint(target));
+  EXPECT_FALSE(fs::exists(target));
+  EXPECT_TRUE(client_->Unpublish("csi-vault", target).ok());  // idempotent
+}
+
+// Tests kubelet-token mode: the kubelet's token is written, and a republish with a fresh one
+// replaces it atomically without a new mount.
+TEST_F(CsiIntegrationTest, KubeletTokenModeWithRepublish) {
+  StartStack();
+  const std::string target = Target("kubelet");
+  auto req = TokenVolumeRequest("csi-kubelet", target, "sts.amazonaws.com", "3600");
+  auto& c = *req.mutable_volume_context();
+  c["tokenSource"] = "kubelet";
+  c["csi.storage.k8s.io/serviceAccount.tokens"] =
+      R"({"sts.amazonaws.com":{"token":"kubelet-token-1","expirationTimestamp":"2030-01-01T00:10:00Z"}})";
+  ASSERT_TRUE(client_->Publish(req).ok());
+  EXPECT_EQ(ReadAll(target + "/token"), "kubelet-token-1");
+  const std::string first_dir = fs::read_symlink(target + "/..data").string();
+  c["csi.storage.k8s.io/serviceAccount.tokens"] =
+      R"({"sts.amazonaws.com":{"token":"kubelet-token-2","expirationTimestamp":"2030-01-01T00:20:00Z"}})";
+  ASSERT_TRUE(client_->Publish(req).ok());
+  EXPECT_EQ(ReadAll(target + "/token"), "kubelet-token-2");
+  EXPECT_NE(fs::read_symlink(target + "/..data").string(), first_dir);
+  EXPECT_THAT(stack_->process("wisp-gateway").Log(),
+              ::testing::Not(HasSubstr("kubelet-token-")));
+  // A missing audience is refused naming the field.
+  c["audience"] = "vault";
+  grpc::Status st = client_->Publish(req);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("could not find token for \"vault\""));
+  ASSERT_TRUE(client_->Unpublish("csi-kubelet", target).ok());
+}
+
+// Tests rotation: a short-lived token is replaced before it expires, and a reader looping over
+// the file meanwhile only ever sees complete tokens.
+TEST_F(CsiIntegrationTest, RotatesShortLivedTokenAtomically) {
+  StartStack({.token = false});
+  ShortTokenIssuer issuer(stack_->nats().url(), 6s);
+  const std::string target = Target("rotate");
+  ASSERT_TRUE(client_->Publish(TokenVolumeRequest("csi-rot", target, "vault", "600")).ok());
+  const std::string first = ReadAll(target + "/token");
+  ASSERT_TRUE(issuer.IsIssued(first));
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0}, bad{0};
+  std::thread reader([&] {
+    while (!stop) {
+      std::ifstream in(target + "/token", std::ios::binary);
+      if (!in) continue;
+      std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      ++reads;
+      if (!issuer.IsIssued(got)) ++bad;
+    }
+  });
+  // 80% of 6 s (minus at most 0.3 s of jitter): two rotations within ~12 s.
+  const bool rotated = Eventually([&] { return issuer.issued() >= 3; }, 20s);
+  stop = true;
+  reader.join();
+  ASSERT_TRUE(rotated) << stack_->process("wisp-gateway").Log();
+  EXPECT_EQ(bad.load(), 0) << "of " << reads.load() << " reads";
+  EXPECT_GT(reads.load(), 100);
+  EXPECT_NE(ReadAll(target + "/token"), first);
+  ASSERT_TRUE(client_->Unpublish("csi-rot", target).ok());
+  const int after = issuer.issued();
+  std::this_thread::sleep_for(6s);
+  EXPECT_EQ(issuer.issued(), after) << "rotation stops after unpublish";
+}
+
+// Tests that a gateway killed mid-rotation is restarted and carries on rotating from KV.
+TEST_F(CsiIntegrationTest, GatewayRestartKeepsRotating) {
+  StartStack({.token = false});
+  ShortTokenIssuer issuer(stack_->nats().url(), 8s);
+  const std::string target = Target("restart");
+  ASSERT_TRUE(client_->Publish(TokenVolumeRequest("csi-restart", target, "vault", "600")).ok());
+  const std::string first = ReadAll(target + "/token");
+  stack_->Kill("wisp-gateway");
+  ASSERT_TRUE(IsTmpfs(target)) << "the pod's tmpfs outlives the gateway";
+  EXPECT_EQ(ReadAll(target + "/token"), first);
+  ASSERT_TRUE(stack_->StartService("wisp-gateway").ok());
+  ASSERT_TRUE(stack_->WaitReady("wisp-gateway").ok());
+  ASSERT_TRUE(Eventually([&] { return ReadAll(target + "/token") != first; }, 15s))
+      << stack_->process("wisp-gateway").Log();
+  EXPECT_TRUE(issuer.IsIssued(ReadAll(target + "/token")));
+  EXPECT_THAT(stack_->process("wisp-gateway").Log(), HasSubstr("recovered 1 token volume"));
+  ASSERT_TRUE(client_->Unpublish("csi-restart", target).ok());
+  EXPECT_FALSE(fs::exists(target));
+}
+
+// Tests the persistent path: CreateVolume through wisp-populator (idempotent by name), a
+// read-only bind mount of the volume directory, stats, unpublish and DeleteVolume.
+TEST_F(CsiIntegrationTest, PersistentVolumeLifecycle) {
+  StartStack();
+  ::csi::v1::CreateVolumeRequest create;
+  create.set_name("pvc-disk");
+  create.mutable_capacity_range()->set_required_bytes(64 << 20);
+  *create.add_volume_capabilities() = MountCapability();
+  (*create.mutable_accessibility_requirements()->add_preferred()->mutable_segments())
+      ["topology.wisp.dev/node"] = "node-a";
+  ::csi::v1::CreateVolumeResponse created;
+  grpc::Status st = client_->controller->CreateVolume(CsiClient::Ctx(60s).get(), create, &created);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  const std::string id = created.volume().volume_id();
+  EXPECT_EQ(created.volume().capacity_bytes(), 64 << 20);
+  ::csi::v1::CreateVolumeResponse again;
+  ASSERT_TRUE(client_->controller->CreateVolume(CsiClient::Ctx(60s).get(), create, &again).ok());
+  EXPECT_EQ(again.volume().volume_id(), id);
+  create.mutable_capacity_range()->set_required_bytes(128 << 20);
+  st = client_->controller->CreateVolume(CsiClient::Ctx(60s).get(), create, &again);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+
+  const std::string target = Target("disk");
+  ::csi::v1::NodePublishVolumeRequest pub;
+  pub.set_volume_id(id);
+  pub.set_target_path(target);
+  *pub.mutable_volume_capability() = MountCapability();
+  *pub.mutable_volume_context() = created.volume().volume_context();
+  pub.set_readonly(true);
+  st = client_->Publish(pub);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_TRUE(client_->Publish(pub).ok());  // idempotent
+  EXPECT_TRUE(IsMountPoint(target));
+  struct statvfs vfs;
+  ASSERT_EQ(::statvfs(target.c_str(), &vfs), 0);
+  EXPECT_TRUE(vfs.f_flag & ST_RDONLY);
+  EXPECT_TRUE(fs::exists(target + "/disk.img"));
+  EXPECT_EQ(fs::file_size(target + "/disk.img"), uint64_t{64} << 20);
+
+  ::csi::v1::NodeGetVolumeStatsRequest stats_req;
+  stats_req.set_volume_id(id);
+  stats_req.set_volume_path(target);
+  ::csi::v1::NodeGetVolumeStatsResponse stats;
+  ASSERT_TRUE(client_->node->NodeGetVolumeStats(CsiClient::Ctx().get(), stats_req, &stats).ok());
+  EXPECT_EQ(stats.usage_size(), 2);
+
+  ASSERT_TRUE(client_->Unpublish(id, target).ok());
+  EXPECT_FALSE(IsMountPoint(target));
+  EXPECT_FALSE(fs::exists(target));
+  ::csi::v1::DeleteVolumeRequest del;
+  del.set_volume_id(id);
+  ::csi::v1::DeleteVolumeResponse deleted;
+  ASSERT_TRUE(client_->controller->DeleteVolume(CsiClient::Ctx().get(), del, &deleted).ok());
+  ASSERT_TRUE(client_->controller->DeleteVolume(CsiClient::Ctx().get(), del, &deleted).ok());
+}
+
+// Tests that bad requests over the socket get InvalidArgument naming the field.
+TEST_F(CsiIntegrationTest, RefusesBadRequestsOverTheSocket) {
+  StartStack();
+  struct Case {
+    std::string name;
+    ::csi::v1::NodePublishVolumeRequest req;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  auto base = TokenVolumeRequest("csi-bad", Target("bad"), "vault", "900");
+  cases.push_back({"target outside root", base, "is not under an allowed root"});
+  cases.back().req.set_target_path("/etc/wisp-bad");
+  cases.push_back({"dotdot", base, "must not contain '..'"});
+  cases.back().req.set_target_path(stack_->target_root() + "/../../etc");
+  cases.push_back({"short lifetime", base, "may not specify a duration less than 10 minutes"});
+  (*cases.back().req.mutable_volume_context())["expirationSeconds"] = "300";
+  cases.push_back({"path escape", base, "volume_context[path]"});
+  (*cases.back().req.mutable_volume_context())["path"] = "../../etc/passwd";
+  cases.push_back({"no capability", base, "volume_capability is required"});
+  cases.back().req.clear_volume_capability();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    grpc::Status st = client_->Publish(c.req);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr(c.message));
+  }
+  EXPECT_FALSE(fs::exists(stack_->target_root() + "/pods/bad/mount"));
+  EXPECT_FALSE(fs::exists("/etc/wisp-bad"));
+}
+
+}  // namespace
+}  // namespace wisp::integration
