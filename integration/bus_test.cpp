@@ -127,6 +127,30 @@ TEST_F(NatsBusTest, DeadlineExpiryDoesNotCallHandler) {
   EXPECT_EQ(calls.load(), 2);  // "first" and "probe", never "second"
 }
 
+// Tests that serve_threads > 1 runs requests of one subscription in parallel.
+TEST_F(NatsBusTest, ServeThreadsRunInParallel) {
+  auto server = NewBus(nullptr, /*threads=*/4);
+  std::atomic<int> now{0}, peak{0};
+  auto sub = server->Serve("it.par", "", [&](const Request& r) {
+    if (r.msg.data == "warm") return Reply::Ok("");
+    const int n = ++now;
+    int p = peak.load();
+    while (n > p && !peak.compare_exchange_weak(p, n)) {
+    }
+    std::this_thread::sleep_for(300ms);
+    --now;
+    return Reply::Ok("");
+  });
+  ASSERT_TRUE(sub.ok());
+  ASSERT_TRUE(Eventually([&] { return bus_->Request("it.par", "warm", 1s).ok(); }));
+  std::vector<std::future<absl::StatusOr<Message>>> calls;
+  for (int i = 0; i < 4; ++i) {
+    calls.push_back(std::async(std::launch::async, [&] { return bus_->Request("it.par", "", 5s); }));
+  }
+  for (auto& c : calls) EXPECT_TRUE(c.get().ok());
+  EXPECT_GE(peak.load(), 3);  // at least 3 of 4 overlapped (all 4 unless the machine is starved)
+}
+
 // Tests that queue-group members share requests and a plain subscriber sees every message.
 TEST_F(NatsBusTest, QueueGroups) {
   auto other = NewBus();
@@ -175,9 +199,11 @@ TEST_F(NatsBusTest, MicroServiceDiscovery) {
     return Reply::Ok(r.msg.data);
   }).ok());
   ASSERT_TRUE(bus_->Request("it.svc.echo", "x", 2s).ok());
-  auto found = Discover(*bus_, 300ms);
-  ASSERT_TRUE(found.ok()) << found.status();
-  ASSERT_EQ(found->size(), 2u);
+  absl::StatusOr<std::vector<ServiceInstance>> found;
+  ASSERT_TRUE(Eventually([&] {
+    found = Discover(*bus_, 300ms);
+    return found.ok() && found->size() == 2u;
+  })) << (found.ok() ? std::to_string(found->size()) + " instances" : found.status().ToString());
   int with_endpoint = 0;
   for (const auto& inst : *found) {
     EXPECT_EQ(inst.name, "it-svc");
@@ -399,12 +425,15 @@ TEST_F(NatsBusTest, JetStreamAndWatchSurviveServerKill) {
 TEST_F(NatsBusTest, DrainFinishesInFlight) {
   auto server = NewBus();
   std::atomic<bool> running{false};
-  auto sub = server->Serve("it.drain", "", [&](const Request&) {
+  auto sub = server->Serve("it.drain", "", [&](const Request& r) {
+    if (r.msg.data == "warm") return Reply::Ok("");
     running = true;
     std::this_thread::sleep_for(300ms);
     return Reply::Ok("finished");
   });
   ASSERT_TRUE(sub.ok());
+  // The subscription is live on the server once a request gets through.
+  ASSERT_TRUE(Eventually([&] { return bus_->Request("it.drain", "warm", 1s).ok(); }));
   auto call = std::async(std::launch::async, [&] { return bus_->Request("it.drain", "", 3s); });
   ASSERT_TRUE(Eventually([&] { return running.load(); }));
   EXPECT_TRUE(server->Drain(5s).ok());

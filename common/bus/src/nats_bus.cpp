@@ -287,9 +287,10 @@ class Ticker {
 // Serve (requests): a synchronous nats.c subscription shared by `max_running + 1` threads in a
 // leader/follower scheme. One thread at a time waits in NextMsg (the listener) and stamps each
 // arrival with the time it left nats.c. If a handler slot is free and nothing is queued, the
-// listener runs the handler itself, so a request costs no thread hop beyond raw nats.c; should
-// that handler run longer than 5 ms, the ticker wakes a spare thread to take over listening and
-// stamping. When every slot is busy the listener queues the stamped message; a request whose
+// listener runs the handler itself, so a request costs no thread hop beyond raw nats.c. With
+// serve_threads > 1 it first wakes a spare thread to listen, so requests run in parallel; with one
+// slot that wake is deferred: should the handler run longer than 5 ms, the ticker wakes a spare
+// thread to take over listening and stamping. When every slot is busy the listener queues the stamped message; a request whose
 // deadline passes in that queue is answered DeadlineExceeded without calling the handler. (A
 // request that arrived in the first ~5-10 ms of a long inline handler is stamped when the spare
 // thread takes it, so its wait is undercounted by at most that much: never a false expiry.)
@@ -379,11 +380,18 @@ struct ServeCore {
         }
         if (stopping) return;
         if (running < max_running && queue.empty()) {
-          // Serve it on this thread; the ticker brings in a listener if this takes long.
-          inline_since_ns.store(NowNs());
-          if (ticker) ticker->Activity();
-          RunLocked(lock, std::move(msg), arrived);
-          inline_since_ns.store(0);
+          // Serve it on this thread. With one slot, a second listener could only queue, so it is
+          // brought in (by the ticker) only if this takes long; with several slots another
+          // thread listens at once so concurrent requests start in parallel.
+          if (max_running > 1) {
+            cv.notify_one();
+            RunLocked(lock, std::move(msg), arrived);
+          } else {
+            inline_since_ns.store(NowNs());
+            if (ticker) ticker->Activity();
+            RunLocked(lock, std::move(msg), arrived);
+            inline_since_ns.store(0);
+          }
         } else {
           queue.emplace_back(std::move(msg), arrived);
           cv.notify_all();
