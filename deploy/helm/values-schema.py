@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Writes deploy/helm/wisp/values.schema.json (JSON Schema of the chart values). Edit here, then run
+`deploy/helm/values-schema.py > deploy/helm/wisp/values.schema.json`; scripts/check-deploy fails when
+the two disagree."""
+import json
+def s(t, **kw): d={"type":t}; d.update(kw); return d
+S=lambda **kw: s("string",**kw)
+I=lambda **kw: s("integer",**kw)
+B=lambda **kw: s("boolean",**kw)
+def O(props=None, required=None, extra=False, **kw):
+    d={"type":"object"}
+    if props is not None: d["properties"]=props; d["additionalProperties"]=extra
+    if required: d["required"]=required
+    d.update(kw); return d
+A=lambda items, **kw: s("array", items=items, **kw)
+free=O()  # free-form object
+dur=S(pattern=r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$", description="Go-style duration: 90s, 5m, 24h, 1h30m")
+port=I(minimum=1, maximum=65535)
+img=O({"repository":S(minLength=1),"tag":S(),"pullPolicy":S(enum=["Always","IfNotPresent","Never"])},["repository"])
+res=O({"requests":free,"limits":free})
+pdb=O({"minAvailable":{"type":["integer","string"]},"maxUnavailable":{"type":["integer","string"]}}, minProperties=1, description="maxUnavailable, when set, wins over minAvailable")
+tol=A(free)
+rule=O({"apiGroups":A(S()),"apiVersions":A(S()),"resources":A(S()),"operations":A(S(enum=["CREATE","UPDATE","DELETE","CONNECT","*"])),"scope":S(enum=["Cluster","Namespaced","*"])},["apiGroups","apiVersions","resources","operations"])
+hook=O({"name":S(pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),"rules":A(rule,minItems=1),
+        "failurePolicy":S(enum=["Fail","Ignore"]),"timeoutSeconds":I(minimum=1,maximum=30),
+        "reinvocationPolicy":S(enum=["Never","IfNeeded"]),"objectSelector":free},["name","rules"])
+schema={
+ "$schema":"https://json-schema.org/draft-07/schema#",
+ "title":"wisp Helm chart values",
+ **O({
+  "image":O({"repository":S(minLength=1),"tag":S(),"pullPolicy":S(enum=["Always","IfNotPresent","Never"])},["repository"]),
+  "imagePullSecrets":A(O({"name":S()},["name"])),
+  "nameOverride":S(),"fullnameOverride":S(),
+  "global":O({"logLevel":S(enum=["trace","debug","info","warn","error"]),"logFormat":S(enum=["text","json"]),"labels":O(additionalProperties=S())}),
+  "issuerUrl":S(pattern="^(https://.+)?$", description="https URL or empty"),
+  "nats":O({
+    "enabled":B(),"image":img,"replicas":I(minimum=1),"clusterName":S(minLength=1),
+    "jetstream":O({"storageSize":S(minLength=1),"storageClassName":S(),"maxFileStore":S(pattern="^[0-9]+[KMGT]?B?$"),"maxMemoryStore":S(pattern="^[0-9]+[KMGT]?B?$")}),
+    "resources":res,
+    "auth":O({"enabled":B(),"permissions":O({k:free for k in ["gateway","policy","token","populator","wispctl"]})}),
+    "external":O({"urls":S(pattern=r"^((nats|tls)://[^,\s]+)(,(nats|tls)://[^,\s]+)*$|^$"),"existingSecret":S(),"user":S(),"credsKey":S(),"caKey":S()}),
+    "podDisruptionBudget":pdb}),
+  "gateway":O({
+    "failureMode":S(enum=["closed","open"]),"httpsPort":port,"metricsPort":port,
+    "service":O({"type":S(enum=["ClusterIP","NodePort","LoadBalancer"]),"port":port}),
+    "controller":O({"replicas":I(minimum=1),"resources":res,"nodeSelector":free,"tolerations":tol,"podDisruptionBudget":pdb}),
+    "node":O({"volumeRoot":S(pattern="^/"),"kubeletDir":S(pattern="^/"),"priorityClassName":S(),"resources":res,"nodeSelector":free,"tolerations":tol}),
+    "provisioner":O({"image":img,"timeout":dur,"resources":res}),
+    "registrar":O({"image":img,"resources":res})}),
+  "policy":O({"replicas":I(minimum=1),"metricsPort":port,"rules":free,"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
+  "token":O({"replicas":I(minimum=1),"metricsPort":port,"signingAlgorithm":S(enum=["RS256","ES256"]),"keyRotationPeriod":dur,
+    "keyEncryptionKey":O({"existingSecret":S()}),"policy":free,"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
+  "populator":O({"kind":S(enum=["Deployment","DaemonSet"]),"replicas":I(minimum=1),"workers":I(minimum=1,maximum=64),"metricsPort":port,"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
+  "admission":O({"failurePolicy":S(enum=["Fail","Ignore"]),"timeoutSeconds":I(minimum=1,maximum=30),
+    "reinvocationPolicy":S(enum=["Never","IfNeeded"]),"excludeNamespaces":A(S()),"mutating":A(hook),"validating":A(hook)}),
+  "tls":O({"mode":S(enum=["auto","certManager","generated","existingSecret"]),"existingSecret":S(),"caBundle":S(),
+    "generatedValidityDays":I(minimum=1),
+    "certManager":O({"issuerRef":O({"name":S(),"kind":S(enum=["Issuer","ClusterIssuer"]),"group":S()}),"duration":dur,"renewBefore":dur})}),
+  "csiDriver":O({"name":S(const="csi.wisp.dev"),
+    "tokenRequests":A(O({"audience":S(),"expirationSeconds":I(minimum=600)},["audience"])),
+    "fsGroupPolicy":S(enum=["None","File","ReadWriteOnceWithFSType"])}),
+  "storageClass":O({"create":B(),"name":S(minLength=1),"isDefault":B(),"reclaimPolicy":S(enum=["Delete","Retain"]),
+    "volumeBindingMode":S(enum=["WaitForFirstConsumer","Immediate"]),"parameters":O(additionalProperties=S())}),
+  "serviceAccount":O({"annotations":O(additionalProperties=S())}),
+  "networkPolicy":O({"enabled":B(),"metricsNamespaceSelector":free,"tokenEgressPorts":A(port),"populatorEgressPorts":A(port),
+    "apiServerPorts":A(port),"externalNatsPorts":A(port)}),
+  "monitoring":O({"serviceMonitors":O({"enabled":B(),"interval":dur,"labels":O(additionalProperties=S())}),
+    "prometheusRule":O({"enabled":B(),"labels":O(additionalProperties=S())}),
+    "grafanaDashboards":O({"enabled":B(),"labels":O(additionalProperties=S())})}),
+  "podSecurityContext":free,
+ })
+}
+# nats.external.urls is required when the in-chart NATS is off.
+schema["allOf"]=[{"if":{"properties":{"nats":{"properties":{"enabled":{"const":False}}}}},
+  "then":{"properties":{"nats":{"properties":{"external":{"properties":{"urls":{"minLength":1}},"required":["urls"]}}}}}}]
+print(json.dumps(schema, indent=2))
