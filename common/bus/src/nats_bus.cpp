@@ -306,6 +306,7 @@ struct ServeCore {
   std::deque<std::pair<MsgPtr, Clock::time_point>> queue;
   int running = 0;
   bool listening = false;
+  int idle = 0;            // threads waiting on cv
   bool stopping = false;   // Close(): finish the running handlers, drop the rest
   bool sub_done = false;   // NextMsg reported the subscription gone (drained or closed)
   std::atomic<bool> finished{false};
@@ -319,7 +320,18 @@ struct ServeCore {
     if (since == 0 || now_ns - since < Ticker::kInlineGraceNs) return;
     std::lock_guard lock(mu);
     inline_since_ns.store(0);
-    if (!listening && !stopping) cv.notify_one();
+    if (!listening) EnsureSpareLocked();
+  }
+
+  // Gets a thread to take the listener role: wakes an idle one, or starts one (threads are
+  // started on demand, up to max_running + 1, so a quiet subscription holds a single thread).
+  void EnsureSpareLocked() {
+    if (stopping) return;
+    if (idle > 0) {
+      cv.notify_one();
+    } else if (static_cast<int>(threads.size()) < max_running + 1) {
+      threads.emplace_back([this] { Loop(); });
+    }
   }
 
   void SendReply(const Message& in, const Reply& reply) {
@@ -384,7 +396,7 @@ struct ServeCore {
           // brought in (by the ticker) only if this takes long; with several slots another
           // thread listens at once so concurrent requests start in parallel.
           if (max_running > 1) {
-            cv.notify_one();
+            EnsureSpareLocked();
             RunLocked(lock, std::move(msg), arrived);
           } else {
             inline_since_ns.store(NowNs());
@@ -394,16 +406,20 @@ struct ServeCore {
           }
         } else {
           queue.emplace_back(std::move(msg), arrived);
+          if (running < max_running) EnsureSpareLocked();  // a free slot and nobody to use it
           cv.notify_all();
         }
         continue;
       }
+      ++idle;
       cv.wait(lock);
+      --idle;
     }
   }
 
   void Start() {
-    for (int i = 0; i < max_running + 1; ++i) threads.emplace_back([this] { Loop(); });
+    std::lock_guard lock(mu);
+    threads.emplace_back([this] { Loop(); });
   }
 
   // Stops delivery: the server drops interest and, after the flush, everything it sent before
@@ -443,6 +459,7 @@ struct ServeCore {
     }
     natsSubscription_Unsubscribe(sub);  // wakes the listener; fails harmlessly when drained
     cv.notify_all();
+    // No thread is started once `stopping` is set, so the vector no longer changes.
     for (auto& t : threads) {
       if (t.joinable()) t.join();
     }

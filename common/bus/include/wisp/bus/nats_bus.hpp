@@ -16,12 +16,13 @@
 //     micro error headers comes back as that Status.
 //
 // Threads (which thread runs each handler):
-//   - Serve: the subscription's own threads (serve_threads + 1) run the handler, at most
-//     `serve_threads` at once (default 1: handlers of one subscription run one at a time, in
-//     arrival order). One of them always waits for the next request and stamps its arrival, so a
-//     request whose deadline passes while it waits behind a busy handler is answered
-//     DeadlineExceeded without calling the handler. An idle subscription runs the handler on the
-//     thread that received it (no extra thread hop, for latency).
+//   - Serve: the subscription's own threads (up to serve_threads + 1, started on demand) run the
+//     handler, at most `serve_threads` at once (default 1: handlers of one subscription run one at
+//     a time, in arrival order). A thread always waits for the next request and stamps its arrival
+//     (within ~10 ms while a single-slot handler runs long), so a request whose deadline passes
+//     while it waits behind a busy handler is answered DeadlineExceeded without calling the
+//     handler. An idle subscription runs the handler on the thread that received it (no extra
+//     thread hop, for latency).
 //   - Subscribe: the handler runs on nats.c's delivery thread of that subscription (in order).
 //   - KeyValue::Watch: the handler runs on the watch's own thread.
 //   - Handlers of different subscriptions run concurrently. Destroying a Subscription waits for its
