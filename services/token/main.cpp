@@ -17,8 +17,8 @@ int main(int argc, char** argv) {
                "signing keys in the wisp_keys bucket. Required.");
   flags.Enum("algorithm", &algorithm, {"RS256", "ES256"}, "Default signing algorithm.");
   flags.Duration("key-rotation-period", &rotation, "How often a new signing key is made.",
-                 [](auto d) { return d >= std::chrono::minutes(1) ? absl::OkStatus()
-                              : absl::InvalidArgumentError("must be at least 1m"); });
+                 [](auto d) { return d >= std::chrono::seconds(10) ? absl::OkStatus()
+                              : absl::InvalidArgumentError("must be at least 10s"); });
   flags.String("issuer-url", &issuer_url, "The iss of every token; discovery is served under it.");
   flags.String("jwks-uri", &jwks_uri, "jwks_uri in discovery (default <issuer-url>/openid/v1/jwks).");
   flags.String("policy-file", &policy_file, "YAML token policy (audiences, lifetimes, exchange).");
@@ -53,7 +53,9 @@ int main(int argc, char** argv) {
   auto micro = (*process)->RegisterService("signing keys, JWKS, bound tokens, STS exchange, review");
   if (!micro.ok()) return runtime::Fail("wisp-token", micro.status());
   token::TokenService service(**micro, (*process)->bus(), keys, issuer, reviewer, exchanger,
-                              {.issuer = issuer_url, .jwks_uri = jwks_uri});
+                              {.issuer = issuer_url, .jwks_uri = jwks_uri,
+                               .tick_interval = std::min<std::chrono::milliseconds>(
+                                   std::chrono::seconds(10), rotation / 4)});
   if (auto st = service.Start(); !st.ok()) return runtime::Fail("wisp-token", st);
   (*process)->WaitForSignal();
   service.Stop();
