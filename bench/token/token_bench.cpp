@@ -1,0 +1,250 @@
+// token_bench: how close one wisp-token instance gets to OpenSSL's single-core signing rate when
+// every token goes through the bus, and how many answers/s wisp-sidecar serves from its cache.
+//
+// Prints, for RS256 and ES256: openssl speed sign/s (single core, same run), wisp-token issue/s
+// through NATS request/reply, and their ratio (goal >= 0.70); then sidecar answers/s.
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <prometheus/registry.h>
+
+#include "oidc/oidc_routes.hpp"
+#include "wisp/bus/nats_bus.hpp"
+#include "wisp/bus/proto.hpp"
+#include "wisp/bus/subjects.hpp"
+#include "wisp/http/server.hpp"
+#include "wisp/integration/harness.hpp"
+#include "wisp/v1/token.pb.h"
+
+namespace {
+
+using namespace std::chrono;
+namespace bhttp = boost::beast::http;
+using wisp::integration::BinaryPath;
+using wisp::integration::FreePort;
+using wisp::integration::NatsServer;
+using wisp::integration::Process;
+using wisp::integration::TempDir;
+
+std::string Run(const std::string& cmd, int* code = nullptr) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  const int rc = pclose(p);
+  if (code) *code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return out;
+}
+
+// sign/s from `openssl speed` output: the line naming the algorithm, second-to-last number.
+double SpeedSignRate(const std::string& out, const std::string& line_marker) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(line_marker) == std::string::npos || line.find('s') == std::string::npos) continue;
+    std::vector<double> nums;
+    std::istringstream ls(line);
+    for (std::string w; ls >> w;) {
+      char* end = nullptr;
+      const double v = std::strtod(w.c_str(), &end);
+      if (end && *end == '\0' && !w.empty()) nums.push_back(v);
+    }
+    if (nums.size() >= 2) return nums[nums.size() - 2];
+  }
+  return 0;
+}
+
+struct Load {
+  double per_second = 0;
+  uint64_t errors = 0;
+  std::string first_error;
+};
+
+Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length) {
+  wisp::v1::IssueRequest req;
+  req.mutable_subject()->set_namespace_("bench");
+  req.mutable_subject()->set_service_account("sa");
+  req.add_audiences("bench");
+  req.set_algorithm(alg);
+  std::string body;
+  req.SerializeToString(&body);
+  std::atomic<uint64_t> ok{0}, err{0};
+  std::atomic<bool> counting{false}, stop{false};
+  std::mutex mu;
+  std::string first_error;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&] {
+      while (!stop) {
+        auto r = bus.Request(wisp::bus::subjects::kTokenIssue, body, seconds(5));
+        if (!counting) continue;
+        (r.ok() ? ok : err)++;
+        if (!r.ok()) {
+          std::lock_guard lock(mu);
+          if (first_error.empty()) first_error = r.status().ToString();
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(milliseconds(500));  // warm up
+  counting = true;
+  const auto start = steady_clock::now();
+  std::this_thread::sleep_for(length);
+  counting = false;
+  const double secs = duration<double>(steady_clock::now() - start).count();
+  stop = true;
+  for (auto& t : threads) t.join();
+  return {static_cast<double>(ok) / secs, err, first_error};
+}
+
+Load SidecarLoad(const std::string& socket, int clients, seconds length) {
+  std::atomic<uint64_t> ok{0}, err{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  const auto start = steady_clock::now();
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&] {
+      boost::asio::io_context ioc;
+      boost::asio::local::stream_protocol::socket sock(ioc);
+      boost::system::error_code ec;
+      sock.connect(boost::asio::local::stream_protocol::endpoint(socket), ec);
+      if (ec) {
+        ++err;
+        return;
+      }
+      bhttp::request<bhttp::empty_body> req{bhttp::verb::get, "/", 11};
+      req.set(bhttp::field::host, "x");
+      req.keep_alive(true);
+      boost::beast::flat_buffer buf;
+      while (!stop) {
+        bhttp::write(sock, req, ec);
+        bhttp::response<bhttp::string_body> res;
+        if (!ec) bhttp::read(sock, buf, res, ec);
+        if (ec) {
+          ++err;
+          return;
+        }
+        (res.result_int() == 200 ? ok : err)++;
+      }
+    });
+  }
+  std::this_thread::sleep_for(length);
+  stop = true;
+  for (auto& t : threads) t.join();
+  const double secs = duration<double>(steady_clock::now() - start).count();
+  return {static_cast<double>(ok) / secs, err};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int secs = 3, clients = 32, serve_threads = static_cast<int>(std::thread::hardware_concurrency());
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--seconds") secs = std::atoi(argv[i + 1]);
+    if (a == "--clients") clients = std::atoi(argv[i + 1]);
+    if (a == "--serve-threads") serve_threads = std::atoi(argv[i + 1]);
+  }
+  TempDir dir("wisp-token-bench");
+  const std::string d = dir.path();
+  int rc = 0;
+  Run("cd " + d +
+          " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
+          "-subj /CN=bench-ca -keyout ca-key.pem -out ca.pem 2>&1"
+          " && openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=gw "
+          "-keyout gw-key.pem -out gw.csr 2>&1"
+          " && printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf"
+          " && openssl x509 -req -in gw.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 1"
+          " -extfile ext.cnf -out gw.pem 2>&1 && head -c 32 /dev/urandom > kek",
+      &rc);
+  if (rc != 0) return std::cerr << "making the bench CA failed\n", 1;
+  std::ofstream(d + "/policy.yaml") << "namespaces: {bench: {audiences: [bench, wisp-sts]}}\n"
+                                       "exchange: {subjectAudiences: [wisp-sts], rules: "
+                                       "[{namespace: bench, audiences: [storage]}]}\n";
+
+  std::cout << "openssl speed -seconds " << secs << " rsa2048 ecdsap256 (single core) ...\n";
+  const std::string speed =
+      Run("openssl speed -seconds " + std::to_string(secs) + " rsa2048 ecdsap256 2>/dev/null");
+  const double rsa_speed = SpeedSignRate(speed, "rsa 2048 bits");
+  const double ec_speed = SpeedSignRate(speed, "(nistp256)");
+
+  auto nats = NatsServer::Start();
+  if (!nats.ok()) return std::cerr << nats.status() << "\n", 1;
+  const int https_port = FreePort();
+  const int metrics_port = FreePort();
+  const std::string issuer = "https://localhost:" + std::to_string(https_port);
+  auto token = Process::Start(
+      {.path = BinaryPath("wisp-token"),
+       .args = {"--nats-url", (*nats)->url(), "--metrics-address",
+                "127.0.0.1:" + std::to_string(metrics_port), "--key-encryption-key-file",
+                d + "/kek", "--issuer-url", issuer, "--policy-file", d + "/policy.yaml",
+                "--serve-threads", std::to_string(serve_threads), "--log-level", "warn"}});
+  if (!token.ok()) return std::cerr << token.status() << "\n", 1;
+  if (auto st = wisp::integration::WaitForHttp("127.0.0.1", metrics_port, "/readyz", seconds(20));
+      !st.ok()) {
+    return std::cerr << st << "\n" << (*token)->Log(), 1;
+  }
+  wisp::bus::NatsBusOptions bo;
+  bo.servers = {(*nats)->url()};
+  bo.name = "token-bench";
+  auto bus = wisp::bus::NatsBus::Connect(bo);
+  if (!bus.ok()) return std::cerr << bus.status() << "\n", 1;
+
+  std::printf("\nissue through the bus: %d clients, wisp-token --serve-threads %d, %u cores\n",
+              clients, serve_threads, std::thread::hardware_concurrency());
+  std::printf("%-6s %14s %14s %8s %8s\n", "alg", "openssl sign/s", "wisp issue/s", "ratio",
+              "errors");
+  bool met = true;
+  for (const auto& [alg, ref] : {std::pair{"RS256", rsa_speed}, std::pair{"ES256", ec_speed}}) {
+    const Load l = IssueLoad(**bus, alg, clients, seconds(secs));
+    const double ratio = ref > 0 ? l.per_second / ref : 0;
+    met = met && ratio >= 0.7;
+    std::printf("%-6s %14.1f %14.1f %8.2f %8llu %s\n", alg, ref, l.per_second, ratio,
+                static_cast<unsigned long long>(l.errors), l.first_error.c_str());
+  }
+  std::printf("goal (>= 0.70 for both): %s\n", met ? "met" : "NOT met");
+
+  // Sidecar answers from cache, behind an HTTPS STS served by the gateway's OIDC routes.
+  prometheus::Registry registry;
+  auto server = wisp::http::Server::Create({.address = "127.0.0.1",
+                                            .port = static_cast<uint16_t>(https_port),
+                                            .cert_file = d + "/gw.pem",
+                                            .key_file = d + "/gw-key.pem"});
+  if (!server.ok()) return std::cerr << server.status() << "\n", 1;
+  auto routes = wisp::gateway::oidc::RegisterOidcRoutes(**server, **bus, registry, {});
+  if (!routes.ok() || !(*server)->Start().ok()) return std::cerr << "STS server failed\n", 1;
+  wisp::v1::IssueRequest sreq;
+  sreq.mutable_subject()->set_namespace_("bench");
+  sreq.mutable_subject()->set_service_account("sa");
+  sreq.add_audiences("wisp-sts");
+  auto subject = wisp::bus::Call<wisp::v1::IssueResponse>(**bus, wisp::bus::subjects::kTokenIssue,
+                                                          sreq, seconds(5));
+  if (!subject.ok()) return std::cerr << subject.status() << "\n", 1;
+  std::ofstream(d + "/token") << subject->token();
+  const std::string socket = d + "/token.sock";
+  auto sidecar = Process::Start(
+      {.path = BinaryPath("wisp-sidecar"),
+       .args = {"--socket", socket, "--token-file", d + "/token", "--sts-url",
+                issuer + "/v1/token", "--ca-file", d + "/ca.pem", "--audience", "storage",
+                "--log-level", "warn"}});
+  if (!sidecar.ok()) return std::cerr << sidecar.status() << "\n", 1;
+  for (int i = 0; i < 100 && !std::ifstream(socket); ++i) std::this_thread::sleep_for(50ms);
+  const Load s = SidecarLoad(socket, 8, seconds(secs));
+  std::printf("\nsidecar from cache: %.1f answers/s (8 keep-alive clients), %llu errors\n",
+              s.per_second, static_cast<unsigned long long>(s.errors));
+  (*server)->Stop();
+  return 0;
+}
