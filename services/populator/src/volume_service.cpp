@@ -240,8 +240,11 @@ absl::Status VolumeService::PublishJob(const v1::VolumeStatus& status, const v1:
   *job.mutable_spec() = spec;  // with header values: the node needs them to fetch
   std::string body;
   job.SerializeToString(&body);
+  // The id de-duplicates retries of one create; the creation time keeps a volume deleted and
+  // created again inside the duplicate window from losing its job.
   auto seq = bus_.Js().Publish(subjects::PopulateJobs(spec.node()), body, {},
-                               "populate-" + status.volume_id());
+                               "populate-" + status.volume_id() + "-" +
+                                   std::to_string(status.created_unix()));
   if (!seq.ok()) {
     return absl::UnavailableError("queueing the population job: " +
                                   std::string(seq.status().message()));
@@ -265,8 +268,9 @@ absl::StatusOr<v1::VolumeStatus> VolumeService::Create(const v1::CreateVolumeReq
   if (spec.source().has_upload()) {
     fresh.set_message("waiting for an upload to PUT /v1/upload/" + id);
   }
-  absl::Status created = store_.Create(Sanitized(fresh));
-  v1::VolumeStatus current = Sanitized(fresh);
+  auto stored = store_.Create(Sanitized(fresh));
+  absl::Status created = stored.status();
+  v1::VolumeStatus current = stored.ok() ? *stored : Sanitized(fresh);
   if (absl::IsAlreadyExists(created)) {
     WISP_ASSIGN_OR_RETURN(auto existing, store_.Get(id));
     current = existing.first;

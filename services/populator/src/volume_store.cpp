@@ -36,14 +36,14 @@ absl::StatusOr<std::pair<v1::VolumeStatus, uint64_t>> VolumeStore::Get(std::stri
   return std::make_pair(std::move(status), entry.revision);
 }
 
-absl::Status VolumeStore::Create(v1::VolumeStatus status) {
+absl::StatusOr<v1::VolumeStatus> VolumeStore::Create(v1::VolumeStatus status) {
   int64_t now = clock_.NowUnixSeconds();
   status.set_created_unix(now);
   status.set_updated_unix(now);
   WISP_ASSIGN_OR_RETURN(uint64_t rev, kv_.Create(status.volume_id(), status.SerializeAsString()));
   (void)rev;
   PublishEvent(status, 0);
-  return absl::OkStatus();
+  return status;
 }
 
 absl::StatusOr<v1::VolumeStatus> VolumeStore::Mutate(std::string_view id, const Mutator& fn) {

@@ -32,8 +32,8 @@ class VolumeStore {
 
   // NotFound when absent.
   absl::StatusOr<std::pair<v1::VolumeStatus, uint64_t>> Get(std::string_view id);
-  // AlreadyExists when the id is taken. Stamps created/updated times.
-  absl::Status Create(v1::VolumeStatus status);
+  // AlreadyExists when the id is taken. Stamps created/updated times; returns what was stored.
+  absl::StatusOr<v1::VolumeStatus> Create(v1::VolumeStatus status);
   // Read-modify-write with CAS retries. `fn` returns false to leave the record as it is. Stamps
   // updated_unix; publishes a VolumeEvent when phase, progress or message changed.
   using Mutator = std::function<bool(v1::VolumeStatus&)>;

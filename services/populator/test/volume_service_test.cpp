@@ -355,6 +355,21 @@ TEST_F(VolumeServiceTest, DeletesLocallyOrOnTheOwningNode) {
   EXPECT_EQ(forwarded, 1);
 }
 
+// Tests that a volume deleted and created again (same name) gets a fresh job.
+TEST_F(VolumeServiceTest, RecreateAfterDeleteQueuesANewJob) {
+  auto first = Create(Spec("pvc-again"));
+  ASSERT_TRUE(RunJob());
+  v1::DeleteVolumeRequest del;
+  del.set_volume_id(first->volume_id());
+  ASSERT_TRUE(bus::Call<v1::DeleteVolumeResponse>(bus_, subjects::kVolumeDelete, del, 2s).ok());
+  clock_.Advance(1s);
+  auto second = Create(Spec("pvc-again"));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->volume_id(), first->volume_id());
+  ASSERT_TRUE(RunJob());
+  EXPECT_EQ(Get(second->volume_id()).phase(), v1::SUCCEEDED);
+}
+
 // Tests that the node-routed subject serves create too.
 TEST_F(VolumeServiceTest, ServesNodeSubjects) {
   auto created = Create(Spec("pvc-node"), subjects::Node("node-a", "volume.create"));
