@@ -584,10 +584,10 @@ struct NatsBus::Impl {
   static void OnClosed(natsConnection*, void* c) {
     auto* impl = static_cast<Callbacks*>(c)->impl;
     impl->SetConnected(false);
-    {
-      std::lock_guard lock(impl->mu);
-      impl->closed = true;
-    }
+    // Notify under the lock: the destructor, woken by this, must not free the condition variable
+    // while notify_all is still running.
+    std::lock_guard lock(impl->mu);
+    impl->closed = true;
     impl->cv.notify_all();
   }
   static void OnError(natsConnection*, natsSubscription* sub, natsStatus err, void*) {
