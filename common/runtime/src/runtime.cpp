@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <iostream>
+#include <thread>
 
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/log/log.hpp"
@@ -28,6 +29,9 @@ void AddCommonFlags(config::Flags& flags, CommonSettings& s) {
   flags.Enum("log-format", &s.log_format, {"text", "json"}, "text lines or JSON lines on stderr.");
   flags.Duration("drain-timeout", &s.drain_timeout,
                  "On SIGTERM, how long in-flight requests may take to finish.");
+  flags.Duration("bus-wait", &s.bus_wait,
+                 "At start-up, how long to keep retrying while NATS or JetStream is not reachable "
+                 "before giving up with exit 1.");
   flags.Int("serve-threads", &s.serve_threads, "Handler threads per served subject.",
             [](int64_t n) {
               return n >= 1 && n <= 256 ? absl::OkStatus()
@@ -108,6 +112,41 @@ bus::Bus& Process::bus() { return *bus_; }
 prometheus::Registry& Process::registry() { return metrics::Registry(); }
 std::shared_ptr<prometheus::Registry> Process::shared_registry() { return metrics::SharedRegistry(); }
 metrics::Endpoint& Process::endpoint() { return *endpoint_; }
+
+absl::Status Process::RetryUntilBus(std::string_view what,
+                                    const std::function<absl::Status()>& call) {
+  auto logger = log::Get("runtime");
+  const auto deadline = std::chrono::steady_clock::now() + settings_.bus_wait;
+  auto backoff = std::chrono::milliseconds(100);
+  while (true) {
+    absl::Status status = call();
+    const auto code = status.code();
+    // Only transport trouble is worth waiting out; a refused permission or a bad config is final.
+    if (status.ok() || (code != absl::StatusCode::kUnavailable &&
+                        code != absl::StatusCode::kDeadlineExceeded)) {
+      return status;
+    }
+    if (std::chrono::steady_clock::now() + backoff > deadline) {
+      return Annotate(status, std::string(what) + " (gave up after bus-wait " +
+                                  config::FormatDuration(settings_.bus_wait) + ")");
+    }
+    SPDLOG_LOGGER_WARN(logger, "{}: {}; retrying in {}", what, std::string(status.message()),
+                       config::FormatDuration(backoff));
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+}
+
+absl::StatusOr<bus::KeyValuePtr> Process::OpenBucket(const bus::BucketConfig& config) {
+  bus::KeyValuePtr kv;
+  WISP_RETURN_IF_ERROR(RetryUntilBus("opening bucket " + config.name, [&]() -> absl::Status {
+    auto opened = bus_->OpenBucket(config);
+    if (!opened.ok()) return opened.status();
+    kv = std::move(*opened);
+    return absl::OkStatus();
+  }));
+  return kv;
+}
 
 absl::StatusOr<bus::Service*> Process::RegisterService(std::string description) {
   WISP_ASSIGN_OR_RETURN(micro_, bus::Service::Start(*bus_, {.name = service_,

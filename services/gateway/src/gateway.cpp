@@ -4,14 +4,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "admission/admission_handler.hpp"
+#include "csi/csi_server.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/fsutil/mounter.hpp"
 #include "wisp/log/log.hpp"
+#include "wisp/status/clock.hpp"
 
 namespace wisp::gateway {
 
 // The parts behind the doors, each built from the bus and its settings.
 struct Gateway::Parts {
-  bus::SubscriptionPtr node_status;
+  std::unique_ptr<admission::AdmissionHandler> admission;
+  fsutil::SystemMounter mounter;
+  std::unique_ptr<csi::CsiServer> csi;
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
@@ -19,7 +25,8 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
   gethostname(host, sizeof(host) - 1);
   s.node_name = host;
   flags.String("listen-address", &s.listen_address,
-               "host:port of the HTTPS server (admission webhooks, OIDC discovery, STS, uploads).");
+               "host:port of the HTTPS server (admission webhooks, OIDC discovery, STS, uploads). "
+               "Empty: no HTTPS (a node-only gateway serving CSI).");
   flags.String("tls-cert", &s.tls_cert,
                "PEM certificate chain for HTTPS. Re-read when it changes, without a restart.");
   flags.String("tls-key", &s.tls_key, "PEM private key for --tls-cert.");
@@ -55,17 +62,25 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
 }
 
 absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
-  if (s.tls_cert.empty() != s.tls_key.empty()) {
-    return absl::InvalidArgumentError(s.tls_cert.empty() ? "tls-cert: required with --tls-key"
-                                                         : "tls-key: required with --tls-cert");
-  }
-  if (s.tls_cert.empty()) {
+  if (s.listen_address.empty() && s.csi_endpoint.empty()) {
     return absl::InvalidArgumentError(
-        "tls-cert: required (kube-apiserver and STS clients speak only HTTPS; scripts/local-up "
-        "creates a local CA and certificate)");
+        "listen-address: empty, and --csi-endpoint is empty too: this gateway would serve nothing");
   }
-  if (s.listen_address.rfind(':') == std::string::npos) {
-    return absl::InvalidArgumentError("listen-address: \"" + s.listen_address + "\" is not host:port");
+  if (!s.listen_address.empty()) {
+    if (s.tls_cert.empty() != s.tls_key.empty()) {
+      return absl::InvalidArgumentError(s.tls_cert.empty() ? "tls-cert: required with --tls-key"
+                                                           : "tls-key: required with --tls-cert");
+    }
+    if (s.tls_cert.empty()) {
+      return absl::InvalidArgumentError(
+          "tls-cert: required while --listen-address is set (kube-apiserver and STS clients speak "
+          "only HTTPS; scripts/local-up creates a local CA and certificate; a node-only gateway "
+          "sets --listen-address \"\")");
+    }
+    if (s.listen_address.rfind(':') == std::string::npos) {
+      return absl::InvalidArgumentError("listen-address: \"" + s.listen_address +
+                                        "\" is not host:port");
+    }
   }
   if (s.node_name.empty()) return absl::InvalidArgumentError("node-name: required");
   if (!s.csi_endpoint.empty() && s.csi_endpoint.rfind("unix://", 0) != 0) {
@@ -86,24 +101,27 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
   gw->parts_ = std::make_unique<Parts>();
   auto logger = log::Get("gateway");
 
-  const auto colon = settings.listen_address.rfind(':');
-  std::string host = settings.listen_address.substr(0, colon);
-  if (host.empty()) host = "0.0.0.0";
-  int port = 0;
-  try {
-    port = std::stoi(settings.listen_address.substr(colon + 1));
-  } catch (const std::exception&) {
-    port = -1;
+  if (!settings.listen_address.empty()) {
+    const auto colon = settings.listen_address.rfind(':');
+    std::string host = settings.listen_address.substr(0, colon);
+    if (host.empty()) host = "0.0.0.0";
+    int port = -1;
+    try {
+      port = std::stoi(settings.listen_address.substr(colon + 1));
+    } catch (const std::exception&) {
+    }
+    if (port < 0 || port > 65535) {
+      return absl::InvalidArgumentError("listen-address: \"" + settings.listen_address +
+                                        "\" has no valid port");
+    }
+    WISP_ASSIGN_OR_RETURN(gw->https_,
+                          http::Server::Create({.address = host,
+                                                .port = static_cast<uint16_t>(port),
+                                                .cert_file = settings.tls_cert,
+                                                .key_file = settings.tls_key,
+                                                .threads = static_cast<int>(settings.http_threads),
+                                                .name = "https"}));
   }
-  if (port < 0 || port > 65535) {
-    return absl::InvalidArgumentError("listen-address: \"" + settings.listen_address + "\" has no valid port");
-  }
-  WISP_ASSIGN_OR_RETURN(gw->https_, http::Server::Create({.address = host,
-                                                          .port = static_cast<uint16_t>(port),
-                                                          .cert_file = settings.tls_cert,
-                                                          .key_file = settings.tls_key,
-                                                          .threads = static_cast<int>(settings.http_threads),
-                                                          .name = "https"}));
 
   // The gateway announces itself on the bus like every service, with one node-routed endpoint
   // that reports what this instance serves (wispctl status shows it; operators can ask a node).
@@ -118,8 +136,32 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
         return bus::Reply::Ok(j.dump());
       }));
 
-  WISP_RETURN_IF_ERROR(gw->https_->Start());
-  SPDLOG_LOGGER_INFO(logger, "serving HTTPS on {}:{}", host, gw->https_->port());
+  WISP_ASSIGN_OR_RETURN(auto failure_mode, admission::ParseFailureMode(settings.failure_mode));
+  gw->parts_->admission = std::make_unique<admission::AdmissionHandler>(
+      process.bus(), process.registry(),
+      admission::AdmissionOptions{.failure_mode = failure_mode,
+                                  .max_timeout = settings.admission_timeout,
+                                  .kubernetes_version = settings.kubernetes_version});
+  if (gw->https_) admission::RegisterAdmissionRoutes(*gw->https_, *gw->parts_->admission);
+
+  if (!settings.csi_endpoint.empty()) {
+    csi::CsiServerOptions options;
+    options.endpoint = settings.csi_endpoint;
+    WISP_ASSIGN_OR_RETURN(options.role, csi::ParseRole(settings.csi_role));
+    options.node_id = settings.node_name;
+    options.volume_root = settings.volume_root;
+    options.target_roots = {settings.target_root};
+    if (!settings.staging_root.empty()) options.target_roots.push_back(settings.staging_root);
+    gw->parts_->csi = std::make_unique<csi::CsiServer>(options, process.bus(), SystemClock::Instance(),
+                                                       gw->parts_->mounter, process.registry());
+    WISP_RETURN_IF_ERROR(gw->parts_->csi->Start());
+    SPDLOG_LOGGER_INFO(logger, "serving CSI ({}) on {}", settings.csi_role, settings.csi_endpoint);
+  }
+
+  if (gw->https_) {
+    WISP_RETURN_IF_ERROR(gw->https_->Start());
+    SPDLOG_LOGGER_INFO(logger, "serving HTTPS on {}", settings.listen_address);
+  }
   return gw;
 }
 
@@ -132,6 +174,7 @@ void Gateway::Stop() {
     https_->Stop();
     https_.reset();
   }
+  if (parts_ && parts_->csi) parts_->csi->Stop();
   parts_.reset();
 }
 

@@ -23,11 +23,19 @@ TEST(GatewaySettingsTest, RejectsInvalidSettingsNamingThem) {
   std::vector<Case> cases = {
       {[](GatewaySettings& s) { s.tls_cert.clear(); }, "tls-cert: required with --tls-key"},
       {[](GatewaySettings& s) { s.tls_cert.clear(); s.tls_key.clear(); }, "tls-cert: required"},
+      {[](GatewaySettings& s) { s.listen_address.clear(); }, "listen-address: empty"},
       {[](GatewaySettings& s) { s.listen_address = "8443"; }, "listen-address"},
       {[](GatewaySettings& s) { s.csi_endpoint = "/run/csi.sock"; }, "csi-endpoint"},
       {[](GatewaySettings& s) { s.issuer_url = "http://x"; }, "issuer-url"},
       {[](GatewaySettings& s) { s.node_name.clear(); }, "node-name: required"},
   };
+  // A node-only gateway needs no certificate.
+  auto node_only = Valid();
+  node_only.listen_address.clear();
+  node_only.tls_cert.clear();
+  node_only.tls_key.clear();
+  node_only.csi_endpoint = "unix:///run/wisp/csi.sock";
+  EXPECT_TRUE(ValidateGatewaySettings(node_only).ok());
   for (const auto& c : cases) {
     SCOPED_TRACE(c.want);
     auto s = Valid();

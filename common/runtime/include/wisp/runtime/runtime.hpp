@@ -22,6 +22,7 @@
 //   (*process)->WaitForSignal();
 //   return (*process)->Shutdown();
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,7 @@ struct CommonSettings {
   std::string log_level = "info";
   std::string log_format = "text";
   std::chrono::milliseconds drain_timeout = std::chrono::seconds(10);
+  std::chrono::milliseconds bus_wait = std::chrono::minutes(2);
   int64_t serve_threads = 4;
 };
 
@@ -64,6 +66,12 @@ class Process {
   prometheus::Registry& registry();
   std::shared_ptr<prometheus::Registry> shared_registry();
   metrics::Endpoint& endpoint();
+
+  // Opens (creating when missing) a KV bucket, retrying with backoff while NATS or JetStream is not
+  // reachable yet, at most bus-wait; so a service started before its bus waits instead of exiting.
+  absl::StatusOr<bus::KeyValuePtr> OpenBucket(const bus::BucketConfig& config);
+  // The same patience for any start-up call that needs the bus (streams, consumers).
+  absl::Status RetryUntilBus(std::string_view what, const std::function<absl::Status()>& call);
 
   // Announces this process as a NATS micro service; endpoints are added on the returned Service.
   absl::StatusOr<bus::Service*> RegisterService(std::string description);
