@@ -3,19 +3,10 @@
 #include <string>
 #include <vector>
 
-#include "src/status.hpp"
-#if __has_include("src/admit.hpp")
 #include "src/admit.hpp"
-#define WISPCTL_HAS_ADMIT 1
-#endif
-#if __has_include("src/token.hpp")
+#include "src/status.hpp"
 #include "src/token.hpp"
-#define WISPCTL_HAS_TOKEN 1
-#endif
-#if __has_include("src/volume.hpp")
 #include "src/volume.hpp"
-#define WISPCTL_HAS_VOLUME 1
-#endif
 
 namespace {
 
@@ -57,15 +48,9 @@ int main(int argc, char** argv) {
     std::cout << "wispctl " << WISP_VERSION << "\n";
     return 0;
   }
-#ifdef WISPCTL_HAS_ADMIT
   if (command == "admit") return wisp::wispctl::RunAdmit(args);
-#endif
-#ifdef WISPCTL_HAS_TOKEN
   if (command == "token") return wisp::wispctl::RunToken(args);
-#endif
-#ifdef WISPCTL_HAS_VOLUME
   if (command == "volume") return wisp::wispctl::RunVolume(args);
-#endif
   std::cerr << "wispctl: unknown command \"" << command << "\" (see wispctl --help)\n";
   return 2;
 }
