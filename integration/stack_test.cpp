@@ -123,5 +123,16 @@ TEST_F(StackTest, ServicesReconnectAfterNatsRestart) {
   }
 }
 
+// Tests that every service drains and exits 0 on SIGTERM, promptly.
+TEST_F(StackTest, EveryServiceExitsZeroOnSigterm) {
+  ASSERT_EQ(AdmissionRoundTrip("before-stop"), "");
+  for (const char* s : {"wisp-gateway", "wisp-populator", "wisp-policy", "wisp-token"}) {
+    SCOPED_TRACE(s);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(stack_->process(s).Terminate(std::chrono::seconds(15)), 0) << stack_->process(s).Log();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(12));
+  }
+}
+
 }  // namespace
 }  // namespace wisp::integration
