@@ -1,4 +1,6 @@
 // wisp-token: parses settings, loads the policy and KEK, runs TokenService until SIGTERM.
+#include <atomic>
+
 #include "key_manager.hpp"
 #include "token_service.hpp"
 #include "wisp/bus/subjects.hpp"
@@ -35,6 +37,10 @@ int main(int argc, char** argv) {
 
   auto process = runtime::Process::Start("wisp-token", common);
   if (!process.ok()) return runtime::Fail("wisp-token", process.status());
+  std::atomic<bool> serving{false};  // ready only once keys are loaded and endpoints serve
+  (*process)->endpoint().AddReadinessCheck("token", [&serving] {
+    return serving ? absl::OkStatus() : absl::UnavailableError("signing keys not loaded yet");
+  });
   auto kv = (*process)->bus().OpenBucket({.name = std::string(bus::buckets::kKeys), .history = 5});
   if (!kv.ok()) return runtime::Fail("wisp-token", kv.status());
   token::TokenMetrics metrics((*process)->registry());
@@ -57,6 +63,7 @@ int main(int argc, char** argv) {
                                .tick_interval = std::min<std::chrono::milliseconds>(
                                    std::chrono::seconds(10), rotation / 4)});
   if (auto st = service.Start(); !st.ok()) return runtime::Fail("wisp-token", st);
+  serving = true;
   (*process)->WaitForSignal();
   service.Stop();
   return (*process)->Shutdown();
