@@ -284,9 +284,11 @@ struct HttpSource::Impl {
         if (ec == http::error::partial_message || ec == http::error::end_of_stream ||
             ec == asio::error::eof || ec == asio::ssl::error::stream_truncated ||
             ec == asio::error::connection_reset) {
+          // Offsets of the whole resource, so a resumed (Range) body reads the same way.
+          const uint64_t start = info.partial ? options.range_start : 0;
           return absl::UnavailableError(
-              "HTTP body truncated: received " + std::to_string(body_read) + " of " +
-              (info.content_length ? std::to_string(*info.content_length) : std::string("?")) +
+              "HTTP body truncated: received " + std::to_string(start + body_read) + " of " +
+              (info.total_size ? std::to_string(*info.total_size) : std::string("?")) +
               " bytes from " + url.Redacted());
         }
         if (ec == beast::error::timeout) {
