@@ -157,9 +157,22 @@ TEST_F(NatsBusTest, QueueGroups) {
   std::atomic<int> a{0}, b{0}, watcher{0};
   auto s1 = bus_->Serve("it.q", "grp", [&](const Request&) { ++a; return Reply::Ok("a"); });
   auto s2 = other->Serve("it.q", "grp", [&](const Request&) { ++b; return Reply::Ok("b"); });
-  auto s3 = other->Subscribe("it.q", "", [&](const Message&) { ++watcher; });
+  std::atomic<bool> saw_barrier{false};
+  auto s3 = other->Subscribe("it.q", "", [&](const Message& m) {
+    ++watcher;
+    if (m.data == "barrier") saw_barrier = true;
+  });
   ASSERT_TRUE(s1.ok() && s2.ok() && s3.ok());
-  ASSERT_TRUE(Eventually([&] { return bus_->Request("it.q", "", 1s).ok(); }));
+  // Warm up until both members and the watcher are live on the server, then start counting.
+  int warm = 0;
+  ASSERT_TRUE(Eventually([&] {
+    ++warm;
+    (void)bus_->Request("it.q", "", 1s);
+    return a > 0 && b > 0 && watcher > 0;
+  }));
+  // The watcher gets messages in publish order: once it saw the barrier, warm-up is all in.
+  ASSERT_TRUE(bus_->Request("it.q", "barrier", 1s).ok());
+  ASSERT_TRUE(Eventually([&] { return saw_barrier.load(); })) << "warm=" << warm;
   a = 0;
   b = 0;
   watcher = 0;
