@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "wisp/status/fake_clock.hpp"
 
 namespace wisp::bus::testing {
@@ -275,6 +277,22 @@ TEST_F(InMemoryJetStreamTest, MsgIdDeduplicates) {
   auto c = bus_.Js().Publish("jobs.n1", "j", {}, "vol-1");
   ASSERT_TRUE(c.ok());
   EXPECT_GT(*c, *a);
+}
+
+// Tests that a Fetch blocked on another thread returns once the FakeClock makes a nak'd job due.
+TEST_F(InMemoryJetStreamTest, BlockedFetchSeesClockAdvance) {
+  ASSERT_TRUE(bus_.Js().Publish("jobs.n1", "j").ok());
+  auto first = Fetch();
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_TRUE(first[0]->Nak(10s).ok());
+  std::thread runner([&] {
+    auto again = consumer_->Fetch(1, 30s);
+    ASSERT_TRUE(again.ok());
+    ASSERT_EQ(again->size(), 1u);
+    EXPECT_EQ((*again)[0]->delivery_count(), 2u);
+  });
+  clock_.Advance(10s);
+  runner.join();  // returns within milliseconds, not after the 30 s timeout
 }
 
 // Tests that batches respect filter subjects and that two handles of a durable share its state.
