@@ -119,6 +119,13 @@ absl::Status Process::RetryUntilBus(std::string_view what,
   const auto deadline = std::chrono::steady_clock::now() + settings_.bus_wait;
   auto backoff = std::chrono::milliseconds(100);
   while (true) {
+    // SIGTERM/SIGINT are blocked for sigwait(); look for one pending so a service still waiting
+    // for its bus stops at once instead of after bus-wait.
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1) {
+      return absl::CancelledError(std::string(what) + ": stopped by a signal before start-up finished");
+    }
     absl::Status status = call();
     const auto code = status.code();
     // Only transport trouble is worth waiting out; a refused permission or a bad config is final.
@@ -170,11 +177,9 @@ void Process::WaitForSignal() {
 int Process::Shutdown() {
   auto logger = log::Get("runtime");
   int code = 0;
-  if (micro_) {
-    if (auto s = micro_->Drain(); !s.ok()) {
-      SPDLOG_LOGGER_WARN(logger, "draining service endpoints: {}", std::string(s.message()));
-    }
-  }
+  // One deadline for everything: NatsBus::Drain stops every served subject (the micro endpoints
+  // included), lets delivered requests finish and closes, all within drain-timeout, even when NATS
+  // is unreachable. Draining each endpoint on its own would wait per subscription.
   if (bus_) {
     if (auto s = bus_->Drain(settings_.drain_timeout); !s.ok()) {
       SPDLOG_LOGGER_WARN(logger, "draining the bus: {}", std::string(s.message()));
@@ -189,7 +194,11 @@ int Process::Shutdown() {
 
 int Fail(std::string_view service, const absl::Status& status) {
   std::cerr << service << ": " << status.message() << "\n";
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument: return 2;  // a bad setting
+    case absl::StatusCode::kCancelled: return 0;        // asked to stop while starting
+    default: return 1;
+  }
 }
 
 }  // namespace wisp::runtime

@@ -31,6 +31,7 @@ TEST(RuntimeTest, CommonFlagsAppearInHelp) {
 TEST(RuntimeTest, FailExitCodes) {
   EXPECT_EQ(Fail("wisp-x", absl::InvalidArgumentError("--port: bad")), 2);
   EXPECT_EQ(Fail("wisp-x", absl::UnavailableError("no nats")), 1);
+  EXPECT_EQ(Fail("wisp-x", absl::CancelledError("stopped")), 0);
 }
 
 }  // namespace

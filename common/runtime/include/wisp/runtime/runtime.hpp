@@ -91,7 +91,7 @@ class Process {
 };
 
 // Prints "<service>: <status message>" to stderr and returns the exit code for it: 2 for an
-// InvalidArgument (a bad setting), 1 otherwise.
+// InvalidArgument (a bad setting), 0 for Cancelled (SIGTERM while starting), 1 otherwise.
 int Fail(std::string_view service, const absl::Status& status);
 
 }  // namespace wisp::runtime
