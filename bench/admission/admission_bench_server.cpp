@@ -1,0 +1,40 @@
+// admission_bench_server: the gateway's admission door alone (HTTPS -> AdmissionHandler -> NATS ->
+// wisp-policy), so bench/admission/run.sh measures exactly that path without CSI, OIDC or uploads.
+#include <utility>
+
+#include "admission/admission_handler.hpp"
+#include "wisp/http/server.hpp"
+#include "wisp/runtime/runtime.hpp"
+
+int main(int argc, char** argv) {
+  using namespace wisp;
+  runtime::CommonSettings common{.metrics_address = "127.0.0.1:0"};
+  std::string cert, key, failure_mode = "closed";
+  int64_t port = 18443, threads = 8;
+  config::Flags flags("admission_bench_server", "HTTPS admission webhooks over NATS, for benchmarks");
+  runtime::AddCommonFlags(flags, common);
+  flags.Int("port", &port, "HTTPS port on 127.0.0.1.");
+  flags.Int("http-threads", &threads, "Threads serving HTTPS.");
+  flags.String("tls-cert", &cert, "PEM certificate.");
+  flags.String("tls-key", &key, "PEM key.");
+  flags.Enum("failure-mode", &failure_mode, {"closed", "open"}, "Admission failure mode.");
+  flags.ParseOrExit(argc, argv);
+  auto process = runtime::Process::Start("admission-bench", common);
+  if (!process.ok()) return runtime::Fail("admission_bench_server", process.status());
+  gateway::admission::AdmissionHandler handler(
+      (*process)->bus(), (*process)->registry(),
+      {.failure_mode = *gateway::admission::ParseFailureMode(failure_mode),
+       .kubernetes_version = "1.30"});
+  auto server = http::Server::Create({.address = "127.0.0.1",
+                                      .port = static_cast<uint16_t>(port),
+                                      .cert_file = cert,
+                                      .key_file = key,
+                                      .threads = static_cast<int>(threads),
+                                      .name = "admission-bench"});
+  if (!server.ok()) return runtime::Fail("admission_bench_server", server.status());
+  gateway::admission::RegisterAdmissionRoutes(**server, handler);
+  if (auto st = (*server)->Start(); !st.ok()) return runtime::Fail("admission_bench_server", st);
+  (*process)->WaitForSignal();
+  (*server)->Stop();
+  return (*process)->Shutdown();
+}
