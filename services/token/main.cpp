@@ -23,7 +23,9 @@ int main(int argc, char** argv) {
                               : absl::InvalidArgumentError("must be at least 10s"); });
   flags.String("issuer-url", &issuer_url, "The iss of every token; discovery is served under it.");
   flags.String("jwks-uri", &jwks_uri, "jwks_uri in discovery (default <issuer-url>/openid/v1/jwks).");
-  flags.String("policy-file", &policy_file, "YAML token policy (audiences, lifetimes, exchange).");
+  flags.String("policy-file", &policy_file,
+               "YAML token policy (audiences, lifetimes, exchange). Without it any namespace may "
+               "request any audience and no exchange is allowed.");
   flags.Duration("review-leeway", &leeway, "Clock skew allowed when checking exp and nbf.");
   flags.ParseOrExit(argc, argv);
   if (kek_file.empty()) {
@@ -31,7 +33,8 @@ int main(int argc, char** argv) {
   }
   auto kek = jwt::Kek::FromFile(kek_file);
   if (!kek.ok()) return runtime::Fail("wisp-token", absl::InvalidArgumentError(kek.status().message()));
-  auto policy = policy_file.empty() ? token::Policy::FromYaml("") : token::Policy::FromFile(policy_file);
+  absl::StatusOr<token::Policy> policy = token::Policy::Default();
+  if (!policy_file.empty()) policy = token::Policy::FromFile(policy_file);
   if (!policy.ok()) return runtime::Fail("wisp-token", policy.status());
   const jwt::Algorithm alg = *jwt::ParseAlgorithm(algorithm);
 

@@ -1,6 +1,7 @@
 #include "wisp/jwt/jws.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "wisp/jwt/base64url.hpp"
 

@@ -138,6 +138,12 @@ absl::StatusOr<Policy> Policy::FromFile(const std::string& path) {
   return p;
 }
 
+Policy Policy::Default() {
+  Policy p;
+  p.namespaces.emplace("*", NamespacePolicy{{"*"}, 0});
+  return p;
+}
+
 const NamespacePolicy* Policy::ForNamespace(std::string_view ns) const {
   if (auto it = namespaces.find(ns); it != namespaces.end()) return &it->second;
   if (auto it = namespaces.find("*"); it != namespaces.end()) return &it->second;

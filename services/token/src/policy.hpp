@@ -19,6 +19,8 @@
 //        audiences: [wisp-sts]}
 //
 // A namespace that is not listed (and no "*") may not request any audience: deny by default.
+// Without a policy file wisp-token uses Default(): any namespace may request any audience (as
+// kube-apiserver's TokenRequest allows), and no exchange is allowed.
 // "*" in serviceAccounts, audiences or scopes matches anything.
 //
 // Example:
@@ -70,6 +72,7 @@ struct Policy {
   // InvalidArgument naming the YAML key (e.g. "namespaces.ml.audiences") on a bad value.
   static absl::StatusOr<Policy> FromYaml(std::string_view yaml);
   static absl::StatusOr<Policy> FromFile(const std::string& path);
+  static Policy Default();
 
   const NamespacePolicy* ForNamespace(std::string_view ns) const;
   // The longest lifetime any token signed by wisp may have (issued or exchanged): how long a

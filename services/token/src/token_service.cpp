@@ -40,35 +40,29 @@ v1::KeysResponse BuildKeysResponse(const std::string& issuer, const std::string&
   return resp;
 }
 
-TokenService::TokenService(bus::Subscriber& subscriber, bus::Publisher& publisher,
-                           KeyManager& keys, const Issuer& issuer, const Reviewer& reviewer,
+TokenService::TokenService(bus::Service& service, bus::Publisher& publisher, KeyManager& keys,
+                           const Issuer& issuer, const Reviewer& reviewer,
                            const Exchanger& exchanger, Options options)
-    : subscriber_(subscriber), publisher_(publisher), keys_(keys), issuer_(issuer),
+    : service_(service), publisher_(publisher), keys_(keys), issuer_(issuer),
       reviewer_(reviewer), exchanger_(exchanger), options_(std::move(options)) {}
 
 TokenService::~TokenService() { Stop(); }
 
 absl::Status TokenService::Start() {
   keys_.OnChange([this](const KeySnapshot& snap) { PublishKeys(snap); });
-  const int workers = std::max(1, options_.workers);
-  const auto serve = [&](std::string_view subject, int n,
-                         bus::Reply (TokenService::*handler)(const bus::Request&) const) {
-    for (int i = 0; i < n; ++i) {
-      auto sub = subscriber_.Serve(subject, bus::queues::kToken,
-                                   [this, handler](const bus::Request& r) {
-                                     log::ScopedRequestId rid(r.request_id);
-                                     return (this->*handler)(r);
-                                   });
-      if (!sub.ok()) return Annotate(sub.status(), "serving " + std::string(subject));
-      subs_.push_back(std::move(*sub));
-    }
-    return absl::OkStatus();
+  const auto add = [&](std::string_view name, std::string_view subject,
+                       bus::Reply (TokenService::*handler)(const bus::Request&) const) {
+    return service_.AddEndpoint(name, subject, bus::queues::kToken,
+                                [this, handler](const bus::Request& r) {
+                                  log::ScopedRequestId rid(r.request_id);
+                                  return (this->*handler)(r);
+                                });
   };
-  WISP_RETURN_IF_ERROR(serve(bus::subjects::kTokenIssue, workers, &TokenService::HandleIssue));
+  WISP_RETURN_IF_ERROR(add("issue", bus::subjects::kTokenIssue, &TokenService::HandleIssue));
   WISP_RETURN_IF_ERROR(
-      serve(bus::subjects::kTokenExchange, workers, &TokenService::HandleExchange));
-  WISP_RETURN_IF_ERROR(serve(bus::subjects::kTokenReview, workers, &TokenService::HandleReview));
-  WISP_RETURN_IF_ERROR(serve(bus::subjects::kTokenKeys, 1, &TokenService::HandleKeys));
+      add("exchange", bus::subjects::kTokenExchange, &TokenService::HandleExchange));
+  WISP_RETURN_IF_ERROR(add("review", bus::subjects::kTokenReview, &TokenService::HandleReview));
+  WISP_RETURN_IF_ERROR(add("keys", bus::subjects::kTokenKeys, &TokenService::HandleKeys));
   PublishKeys(*keys_.Current());
   rotation_ = std::thread([this] { RotationLoop(); });
   return absl::OkStatus();
@@ -82,8 +76,6 @@ void TokenService::Stop() {
   }
   cv_.notify_all();
   if (rotation_.joinable()) rotation_.join();
-  for (auto& s : subs_) (void)s->Drain();
-  subs_.clear();
 }
 
 void TokenService::RotationLoop() {

@@ -2,9 +2,10 @@
 // TokenService: wisp-token's bus endpoints over Issuer, Reviewer, Exchanger and KeyManager.
 //
 // Contract:
-//   - Serves wisp.v1.token.{issue,exchange,keys,review} in queue group wisp-token. Issue and
-//     exchange are served by `workers` subscriptions each (NatsBus runs one thread per
-//     subscription), so one instance signs on several cores.
+//   - Registers endpoints issue, exchange, keys, review (wisp.v1.token.*, queue group wisp-token)
+//     on a bus::Service (NATS micro discovery, per-endpoint metrics). Parallel signing comes from
+//     the bus: NatsBusOptions::serve_threads worker threads per endpoint, so one instance signs on
+//     several cores.
 //   - Bad bodies are InvalidArgument; Issue refusals keep their codes (InvalidArgument,
 //     PermissionDenied); exchange refusals are answers (ExchangeResponse.error), not bus errors.
 //   - Publishes KeysResponse on wisp.v1.events.token.keys whenever the key set changes (own write
@@ -12,7 +13,7 @@
 //   - Runs key rotation checks every `tick_interval` on its own thread until Stop().
 //
 // Example:
-//   TokenService svc(bus, keys, issuer, reviewer, exchanger, {.issuer = url, .workers = 4});
+//   TokenService svc(*service, bus, keys, issuer, reviewer, exchanger, {.issuer = url});
 //   WISP_RETURN_IF_ERROR(svc.Start());
 //   ... svc.Stop();
 #include <chrono>
@@ -26,6 +27,7 @@
 #include "key_manager.hpp"
 #include "reviewer.hpp"
 #include "wisp/bus/bus.hpp"
+#include "wisp/bus/service.hpp"
 #include "wisp/v1/token.pb.h"
 
 namespace wisp::token {
@@ -41,16 +43,15 @@ class TokenService {
   struct Options {
     std::string issuer;
     std::string jwks_uri;  // "" = issuer + "/openid/v1/jwks"
-    int workers = 4;
     std::chrono::milliseconds tick_interval = std::chrono::seconds(10);
   };
-  TokenService(bus::Subscriber& subscriber, bus::Publisher& publisher, KeyManager& keys,
+  TokenService(bus::Service& service, bus::Publisher& publisher, KeyManager& keys,
                const Issuer& issuer, const Reviewer& reviewer, const Exchanger& exchanger,
                Options options);
   ~TokenService();
 
   absl::Status Start();
-  // Stops the rotation thread and drains the subscriptions.
+  // Stops the rotation thread (the caller drains the bus::Service).
   void Stop();
 
   bus::Reply HandleIssue(const bus::Request& request) const;
@@ -62,14 +63,13 @@ class TokenService {
   void PublishKeys(const KeySnapshot& snap);
   void RotationLoop();
 
-  bus::Subscriber& subscriber_;
+  bus::Service& service_;
   bus::Publisher& publisher_;
   KeyManager& keys_;
   const Issuer& issuer_;
   const Reviewer& reviewer_;
   const Exchanger& exchanger_;
   Options options_;
-  std::vector<bus::SubscriptionPtr> subs_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -38,6 +38,14 @@ TEST(PolicyTest, RefusesBadValuesNamingTheKey) {
   }
 }
 
+// Tests that the default policy allows any audience and no exchange.
+TEST(PolicyTest, DefaultAllowsAnyAudienceAndNoExchange) {
+  Policy p = Policy::Default();
+  ASSERT_NE(p.ForNamespace("anything"), nullptr);
+  EXPECT_TRUE(Matches(p.ForNamespace("anything")->audiences, "vault"));
+  EXPECT_TRUE(p.exchange_rules.empty());
+}
+
 // Tests that "*" matches anything and lists match exactly.
 TEST(PolicyTest, MatchesWildcards) {
   EXPECT_TRUE(Matches({"*"}, "x"));

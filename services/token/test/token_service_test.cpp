@@ -21,17 +21,21 @@ class TokenServiceTest : public ::testing::Test {
                                     changes_.push_back(k);
                                   });
     keys_sub_ = std::move(*sub);
+    service_ = *bus::Service::Start(env_.bus, {.name = "wisp-token", .version = "0.1.0"});
     svc_ = std::make_unique<TokenService>(
-        env_.bus, env_.bus, *env_.keys, *env_.issuer, *env_.reviewer, *env_.exchanger,
-        TokenService::Options{.issuer = testing::kIssuer, .workers = 3,
-                              .tick_interval = std::chrono::hours(1)});
+        *service_, env_.bus, *env_.keys, *env_.issuer, *env_.reviewer, *env_.exchanger,
+        TokenService::Options{.issuer = testing::kIssuer, .tick_interval = std::chrono::hours(1)});
     ASSERT_TRUE(svc_->Start().ok());
   }
-  void TearDown() override { svc_->Stop(); }
+  void TearDown() override {
+    svc_->Stop();
+    (void)service_->Drain();
+  }
 
   testing::Env env_;
   bus::SubscriptionPtr keys_sub_;
   std::vector<v1::KeysResponse> changes_;
+  std::unique_ptr<bus::Service> service_;
   std::unique_ptr<TokenService> svc_;
 };
 
