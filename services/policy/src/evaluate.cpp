@@ -1,4 +1,6 @@
 // Rule f (pod token audiences) and the mutate/validate dispatch that combines the rules.
+#include <optional>
+
 #include "policy/src/rules_internal.hpp"
 #include "wisp/k8s/json_patch.hpp"
 #include "wisp/k8s/objects.hpp"
@@ -90,15 +92,31 @@ bool Merge(Verdict& total, Verdict&& part) {
 
 Verdict EvaluateMutate(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup) {
   Verdict total;
-  AdmissionInput current = in;
+  // The input is copied only once a rule has changed the object (the common case is one rule or
+  // none), and a single mutation keeps its own patch instead of diffing the object again.
+  const AdmissionInput* current = &in;
+  std::optional<AdmissionInput> changed;
+  int mutations = 0;
+  Json last_patch = Json::array();
   auto chain = [&](Verdict v) {
+    Json patch = std::move(v.patch);
     bool go_on = Merge(total, std::move(v));
-    if (go_on && total.mutated) current.object = *total.mutated;
+    if (go_on && !patch.empty() && total.mutated) {
+      ++mutations;
+      last_patch = std::move(patch);
+      if (!changed) changed = in;
+      changed->object = *total.mutated;
+      current = &*changed;
+    }
     return go_on;
   };
-  if (!chain(EvaluateTokenSidecar(current, policy))) return total;
-  if (!chain(EvaluateVirtLauncher(current, policy, lookup))) return total;
-  if (total.mutated) total.patch = k8s::Diff(in.object, *total.mutated);
+  if (!chain(EvaluateTokenSidecar(*current, policy))) return total;
+  if (!chain(EvaluateVirtLauncher(*current, policy, lookup))) return total;
+  if (mutations == 1) {
+    total.patch = std::move(last_patch);
+  } else if (mutations > 1) {
+    total.patch = k8s::Diff(in.object, *total.mutated);
+  }
   return total;
 }
 

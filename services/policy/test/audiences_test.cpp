@@ -2,6 +2,7 @@
 
 #include "policy/src/rules.hpp"
 #include "test/test_util.hpp"
+#include "wisp/k8s/objects.hpp"
 
 namespace wisp::policy {
 namespace {
@@ -98,6 +99,36 @@ TEST(DispatchTest, MutateAndValidate) {
   EXPECT_TRUE(proto.allowed());
   EXPECT_EQ(k8s::Json::parse(proto.patch()), m.patch);
   EXPECT_EQ(proto.rule_outcomes().at("token_sidecar"), "mutated");
+}
+
+// Tests that two mutating rules chain: the second sees the first's output, one patch covers both.
+TEST(DispatchTest, ChainsTwoMutations) {
+  const std::string vmi = R"({"metadata":{"name":"vm","namespace":"vms"},"spec":{
+    "domain":{"devices":{"filesystems":[{"name":"t","virtiofs":{}}]}},
+    "volumes":[{"name":"t","serviceAccount":{"serviceAccountName":"sa",
+      "serviceAccountToken":{"path":"token"}}}]}})";
+  Verdict recorded = EvaluateVmiTokenVolumes(
+      testing::Input("kubevirt.io", "VirtualMachineInstance", "CREATE", vmi, "vms"), Policy{});
+  ASSERT_EQ(recorded.writes.size(), 1u);
+  std::string record = recorded.writes[0].value;
+  RecordLookup lookup = [record](std::string_view,
+                                 std::string_view) -> absl::StatusOr<std::optional<std::string>> {
+    return std::optional(record);
+  };
+  auto in = testing::Pod(R"({"metadata":{"name":"virt-launcher-vm-x","labels":{"kubevirt.io":"virt-launcher"},
+    "annotations":{"wisp.dev/token-sidecar":"true"},
+    "ownerReferences":[{"kind":"VirtualMachineInstance","name":"vm"}]},
+    "spec":{"hostNetwork":true,"containers":[{"name":"compute","image":"launcher:1"}]}})",
+                         "vms");
+  Verdict m = EvaluateMutate(in, Policy{}, lookup);
+  EXPECT_EQ(m.rule_outcomes.at("token_sidecar"), "mutated");
+  EXPECT_EQ(m.rule_outcomes.at("virt_launcher"), "mutated");
+  Json out = testing::Apply(in, m);
+  EXPECT_NE(k8s::FindNamed(out["spec"]["initContainers"], "wisp-sidecar"), nullptr);
+  EXPECT_NE(k8s::FindNamed(out["spec"]["containers"], "virtiofs-t"), nullptr);
+  // The launcher's compute container also got the sidecar's socket (the first rule ran first).
+  EXPECT_EQ(out["spec"]["containers"][0]["env"][0]["name"], "WISP_TOKEN_URL");
+  EXPECT_TRUE(EvaluateMutate(testing::Rerun(in, out), Policy{}, lookup).patch.empty());
 }
 
 }  // namespace
