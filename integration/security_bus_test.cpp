@@ -286,7 +286,7 @@ TEST_F(BusPermissionsTest, GatewayCannotPublishElsewhere) {
                                            subjects::VolumeEvents("v1"),
                                            "$KV.wisp_keys.k",
                                            "$JS.API.STREAM.CREATE.WISP_POPULATE",
-                                           "wisp.v1.node.node-a.gateway.status",
+                                           subjects::Node("node-a", "policy.mutate"),
                                            "_INBOX.someone-else"};
   std::vector<std::unique_ptr<Tap>> taps;
   for (const auto& s : denied) taps.push_back(Listen(*observer, s));
