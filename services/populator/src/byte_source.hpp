@@ -41,6 +41,20 @@ class PrefixedSource final : public ByteSource {
   ByteSource& inner_;
 };
 
+// Reads `inner` ahead on its own thread into up to `depth` chunks of `chunk` bytes, so the network
+// and the decompress/write work overlap. Errors and the end of `inner` arrive in order, after the
+// chunks read before them. Destruction stops the reader (after its current read returns).
+class PrefetchSource final : public ByteSource {
+ public:
+  PrefetchSource(ByteSource& inner, size_t chunk = 1 << 20, size_t depth = 8);
+  ~PrefetchSource() override;
+  absl::StatusOr<size_t> Read(uint8_t* buf, size_t n) override;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 // Reads a local file (clone sources, qcow2 scratch files, tests).
 class FileSource final : public ByteSource {
  public:

@@ -112,6 +112,9 @@ struct HttpSource::Impl {
     tls_stream.reset();
     tcp_stream.reset();
     buffer.clear();
+    // Beast sizes each socket read by the buffer's free capacity (at least 512 bytes): without
+    // room, a body arrives 512 bytes per read.
+    buffer.reserve(1 << 20);
     tcp::resolver resolver(ioc);
     tcp::resolver::results_type results;
     error_code ec = Run([&](auto handler) {

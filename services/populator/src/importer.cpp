@@ -212,7 +212,8 @@ class ImageImport {
       Importer::Cleanup(spec_.dir);
     }
     if (body == nullptr) return absl::InvalidArgumentError("stream: no body to import");
-    HashingSource tap(*body, &sha_);
+    PrefetchSource ahead(*body, options_.buffer_size);
+    HashingSource tap(ahead, &sha_);
     tap_ = &tap;
     progress_.total = total;
     progress_.stage = "download";
@@ -415,7 +416,7 @@ class ImageImport {
       WISP_RETURN_IF_ERROR(Drain(served));
       WISP_RETURN_IF_ERROR(CheckComplete());
       WISP_RETURN_IF_ERROR(CheckDigest(sha_, spec_.sha256, &result_.sha256));
-      WISP_RETURN_IF_ERROR(writer->Sync());
+      // No fsync: the scratch copy is only an input of this run; a crash starts over.
       writer->Keep();
     }
     progress_.stage = "convert";

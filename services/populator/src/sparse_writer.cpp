@@ -65,6 +65,13 @@ absl::Status SparseWriter::PWriteAll(const uint8_t* data, size_t n, uint64_t at)
     n -= static_cast<size_t>(w);
     at += static_cast<uint64_t>(w);
     bytes_written_ += static_cast<uint64_t>(w);
+    unflushed_ += static_cast<uint64_t>(w);
+  }
+  if (unflushed_ >= kWritebackBytes) {
+    // Start writeback now (without waiting) so the disk works while the network does, and the
+    // fsync before the rename has little left to do.
+    ::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+    unflushed_ = 0;
   }
   return absl::OkStatus();
 }

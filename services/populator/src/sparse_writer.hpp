@@ -50,6 +50,8 @@ class SparseWriter {
   uint64_t offset_;
   uint64_t limit_;
   uint64_t bytes_written_ = 0;
+  uint64_t unflushed_ = 0;
+  static constexpr uint64_t kWritebackBytes = 16ull << 20;
   bool committed_ = false;
   bool keep_ = false;
 };
