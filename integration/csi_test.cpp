@@ -149,7 +149,7 @@ class CsiIntegrationTest : public ::testing::Test {
 
 // Tests Identity over the socket: the plugin name, capabilities, a ready Probe, socket mode 0660.
 TEST_F(CsiIntegrationTest, IdentityAndProbe) {
-  StartStack();
+  ASSERT_NO_FATAL_FAILURE(StartStack());
   ::csi::v1::GetPluginInfoResponse info;
   ASSERT_TRUE(client_->identity->GetPluginInfo(CsiClient::Ctx().get(), {}, &info).ok());
   EXPECT_EQ(info.name(), "csi.wisp.dev");
@@ -174,7 +174,7 @@ TEST_F(CsiIntegrationTest, IdentityAndProbe) {
 
 // Tests scenario 4 with the real wisp-token: a tmpfs with a JWT written atomically, then removed.
 TEST_F(CsiIntegrationTest, TokenVolumeWithWispToken) {
-  StartStack();
+  ASSERT_NO_FATAL_FAILURE(StartStack());
   const std::string target = Target("vault");
   grpc::Status st = client_->Publish(TokenVolumeRequest("csi-vault", target, "vault", "900"));
   ASSERT_TRUE(st.ok()) << st.error_message();
@@ -198,7 +198,7 @@ TEST_F(CsiIntegrationTest, TokenVolumeWithWispToken) {
 // Tests kubelet-token mode: the kubelet's token is written, and a republish with a fresh one
 // replaces it atomically without a new mount.
 TEST_F(CsiIntegrationTest, KubeletTokenModeWithRepublish) {
-  StartStack();
+  ASSERT_NO_FATAL_FAILURE(StartStack());
   const std::string target = Target("kubelet");
   auto req = TokenVolumeRequest("csi-kubelet", target, "sts.amazonaws.com", "3600");
   auto& c = *req.mutable_volume_context();
@@ -226,7 +226,7 @@ TEST_F(CsiIntegrationTest, KubeletTokenModeWithRepublish) {
 // Tests rotation: a short-lived token is replaced before it expires, and a reader looping over
 // the file meanwhile only ever sees complete tokens.
 TEST_F(CsiIntegrationTest, RotatesShortLivedTokenAtomically) {
-  StartStack({.token = false});
+  ASSERT_NO_FATAL_FAILURE(StartStack({.token = false}));
   ShortTokenIssuer issuer(stack_->nats().url(), 6s);
   const std::string target = Target("rotate");
   ASSERT_TRUE(client_->Publish(TokenVolumeRequest("csi-rot", target, "vault", "600")).ok());
@@ -260,7 +260,7 @@ TEST_F(CsiIntegrationTest, RotatesShortLivedTokenAtomically) {
 
 // Tests that a gateway killed mid-rotation is restarted and carries on rotating from KV.
 TEST_F(CsiIntegrationTest, GatewayRestartKeepsRotating) {
-  StartStack({.token = false});
+  ASSERT_NO_FATAL_FAILURE(StartStack({.token = false}));
   ShortTokenIssuer issuer(stack_->nats().url(), 8s);
   const std::string target = Target("restart");
   ASSERT_TRUE(client_->Publish(TokenVolumeRequest("csi-restart", target, "vault", "600")).ok());
@@ -281,7 +281,7 @@ TEST_F(CsiIntegrationTest, GatewayRestartKeepsRotating) {
 // Tests the persistent path: CreateVolume through wisp-populator (idempotent by name), a
 // read-only bind mount of the volume directory, stats, unpublish and DeleteVolume.
 TEST_F(CsiIntegrationTest, PersistentVolumeLifecycle) {
-  StartStack();
+  ASSERT_NO_FATAL_FAILURE(StartStack());
   ::csi::v1::CreateVolumeRequest create;
   create.set_name("pvc-disk");
   create.mutable_capacity_range()->set_required_bytes(64 << 20);
@@ -336,7 +336,7 @@ TEST_F(CsiIntegrationTest, PersistentVolumeLifecycle) {
 
 // Tests that bad requests over the socket get InvalidArgument naming the field.
 TEST_F(CsiIntegrationTest, RefusesBadRequestsOverTheSocket) {
-  StartStack();
+  ASSERT_NO_FATAL_FAILURE(StartStack());
   struct Case {
     std::string name;
     ::csi::v1::NodePublishVolumeRequest req;
