@@ -92,7 +92,8 @@ class PopulateTest : public ::testing::Test {
                                       "--volume-root", volumes_, "--node-name", "it-node",
                                       "--workers", "2", "--job-ack-wait", "2s",
                                       "--retry-backoff", "200ms", "--max-attempts", "2",
-                                      "--checkpoint-interval", std::to_string(4 << 20)}});
+                                      "--checkpoint-interval", std::to_string(4 << 20),
+                                      "--checkpoint-min-interval", "0s"}});
     ASSERT_TRUE(p.ok()) << p.status();
     populator_ = std::move(*p);
     ASSERT_TRUE(populator_->WaitForLog("serving volumes of node it-node", 20s).ok())

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   runtime::CommonSettings common{.metrics_address = "0.0.0.0:9093"};
   std::string volume_root = "/var/lib/wisp/volumes", node_name, qemu_img = "qemu-img";
   int64_t workers = 2, max_attempts = 5, checkpoint = 64ll << 20;
-  std::chrono::milliseconds ack_wait = 30s, backoff = 2s, backoff_max = 1min, http_timeout = 60s;
+  std::chrono::milliseconds checkpoint_gap = 2s, ack_wait = 30s, backoff = 2s, backoff_max = 1min, http_timeout = 60s;
   auto positive = [](const int64_t& v) {
     return v > 0 ? absl::OkStatus() : absl::InvalidArgumentError("must be > 0");
   };
@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   flags.Duration("http-timeout", &http_timeout, "Connect and read timeout for image sources.");
   flags.String("qemu-img", &qemu_img, "qemu-img binary used to convert qcow2 to raw.");
   flags.Int("checkpoint-interval", &checkpoint, "Bytes between resume checkpoints of a raw download.", positive);
+  flags.Duration("checkpoint-min-interval", &checkpoint_gap, "Least time between two checkpoints (each is an fdatasync).");
   flags.ParseOrExit(argc, argv);
   if (node_name.empty()) {
     char host[256] = {};
@@ -53,7 +54,8 @@ int main(int argc, char** argv) {
   if (!volumes.ok() || !sources.ok()) return runtime::Fail(kName, volumes.ok() ? sources.status() : volumes.status());
   Clock& clock = SystemClock::Instance();
   populator::PopulatorMetrics metrics((*process)->registry());
-  populator::Importer importer({.qemu_img = qemu_img, .checkpoint_bytes = static_cast<uint64_t>(checkpoint)});
+  populator::Importer importer({.qemu_img = qemu_img, .checkpoint_bytes = static_cast<uint64_t>(checkpoint),
+                                 .checkpoint_min_interval = checkpoint_gap});
   populator::VolumeService service(bus, **volumes, **sources, metrics, clock,
                                    {.node_name = node_name, .volume_root = volume_root});
   populator::JobRunner runner(bus.Js(), service.store(), importer, metrics, clock,

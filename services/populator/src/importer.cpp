@@ -197,7 +197,8 @@ class ImageImport {
  public:
   ImageImport(const ImportSpec& spec, const Importer::Options& options, Clock& clock,
               const ProgressFn& progress)
-      : spec_(spec), options_(options), reporter_(progress, clock, options.progress_interval),
+      : spec_(spec), options_(options), clock_(clock),
+        reporter_(progress, clock, options.progress_interval),
         buf_(options.buffer_size) {}
 
   absl::StatusOr<ImportResult> Run() {
@@ -361,11 +362,14 @@ class ImageImport {
     const std::string resume_path = Join(spec_.dir, kResumeFile);
     if (checkpointing_) writer.Keep();  // a transient failure leaves it for the next attempt
     uint64_t last_checkpoint = writer.offset();
+    auto last_checkpoint_time = clock_.Steady();
     for (;;) {
       WISP_ASSIGN_OR_RETURN(size_t got, image.Read(buf_.data(), buf_.size()));
       if (got == 0) break;
       WISP_RETURN_IF_ERROR(writer.Write(buf_.data(), got));
-      if (checkpointing_ && writer.offset() - last_checkpoint >= options_.checkpoint_bytes) {
+      if (checkpointing_ && writer.offset() - last_checkpoint >= options_.checkpoint_bytes &&
+          clock_.Steady() - last_checkpoint_time >= options_.checkpoint_min_interval) {
+        last_checkpoint_time = clock_.Steady();
         WISP_RETURN_IF_ERROR(writer.Sync());
         WISP_RETURN_IF_ERROR(WriteResume(resume_path, {spec_.url, validator_, writer.offset()}));
         last_checkpoint = writer.offset();
@@ -451,6 +455,7 @@ class ImageImport {
 
   const ImportSpec& spec_;
   const Importer::Options& options_;
+  Clock& clock_;
   Reporter reporter_;
   std::vector<uint8_t> buf_;
   std::unique_ptr<HttpSource> http_;

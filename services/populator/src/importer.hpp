@@ -85,6 +85,8 @@ class Importer {
     std::string qemu_img = "qemu-img";
     size_t buffer_size = 1 << 20;
     uint64_t checkpoint_bytes = 64ull << 20;
+    // And at least this long apart: each checkpoint is an fdatasync that stalls the download.
+    std::chrono::milliseconds checkpoint_min_interval{0};
     std::chrono::milliseconds progress_interval{500};
     Clock* clock = nullptr;  // nullptr = SystemClock
   };

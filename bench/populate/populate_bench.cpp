@@ -1,0 +1,131 @@
+// bench/populate: wisp-populator's import engine against the tools it replaces, in one run on this
+// machine, printing the ratios the goals are stated in:
+//   raw   over loopback HTTP          vs `curl -o`                        (goal >= 85% throughput)
+//   gz/xz over loopback HTTP          vs `curl | gzip -dc` / `| xz -dc`   (goal >= 90% throughput)
+//   qcow2 over loopback HTTP          vs `qemu-img convert -O raw` local  (goal <= 1.1x time)
+// The image is WISP_BENCH_MIB (default 1024) MiB with a quarter random data, the rest holes.
+// Each measurement is the best of WISP_BENCH_RUNS (default 2) runs. Outputs go to $TMPDIR.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "importer.hpp"
+#include "test_http_server.hpp"
+
+namespace {
+
+using wisp::populator::Importer;
+using wisp::populator::ImportSpec;
+using wisp::populator::SourceKind;
+using wisp::populator::testing::Sh;
+
+double Seconds(const std::function<bool()>& fn, int runs) {
+  double best = 1e9;
+  for (int i = 0; i < runs; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (!fn()) {
+      std::fprintf(stderr, "run failed\n");
+      std::exit(1);
+    }
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+int main() {
+  const int mib = EnvInt("WISP_BENCH_MIB", 1024);
+  const int runs = EnvInt("WISP_BENCH_RUNS", 2);
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("wisp-bench-populate-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string m = std::to_string(mib);
+  std::printf("building a %d MiB image in %s ...\n", mib, dir.c_str());
+  // Random 4 MiB chunks in every 16 MiB stretch: a quarter data, three quarters holes.
+  std::string build = "cd " + dir + " && truncate -s " + m + "M disk.raw && for i in $(seq 0 16 " +
+                      std::to_string(mib - 1) + "); do dd if=/dev/urandom of=disk.raw bs=1M count=4 " +
+                      "seek=$i conv=notrunc status=none; done" +
+                      " && gzip -1 -c disk.raw > disk.raw.gz && xz -0 -T2 -c disk.raw > disk.raw.xz" +
+                      " && qemu-img convert -f raw -O qcow2 disk.raw disk.qcow2 && sync";
+  if (Sh(build) != 0) return 1;
+
+  wisp::populator::testing::TestHttpServer server;
+  for (const char* f : {"disk.raw", "disk.raw.gz", "disk.raw.xz", "disk.qcow2"}) {
+    server.Serve(std::string("/") + f, dir + "/" + f);
+  }
+  if (!server.Start().ok()) return 1;
+  // wisp-populator's defaults (--checkpoint-interval 64Mi, --checkpoint-min-interval 2s).
+  Importer::Options options;
+  options.checkpoint_min_interval = std::chrono::seconds(2);
+  Importer importer(options);
+  const uint64_t capacity = static_cast<uint64_t>(mib) << 20;
+  auto import = [&](const std::string& path) {
+    return [&, path] {
+      std::filesystem::remove_all(dir + "/vol");
+      ImportSpec spec;
+      spec.kind = SourceKind::kHttp;
+      spec.url = server.Url(path);
+      spec.capacity = capacity;
+      spec.dir = dir + "/vol";
+      auto r = importer.Run(spec, nullptr);
+      if (!r.ok()) std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+      return r.ok();
+    };
+  };
+  auto shell = [&](const std::string& cmd) {
+    return [&, cmd] { return Sh("rm -f " + dir + "/out.raw && " + cmd) == 0; };
+  };
+  const double gib = static_cast<double>(mib) / 1024.0;
+  struct Row {
+    const char* name;
+    double ours, theirs;
+    bool time_ratio;  // qcow2: compare times, not throughput
+    double goal;
+  };
+  std::vector<Row> rows;
+  rows.push_back({"raw   vs curl -o", Seconds(import("/disk.raw"), runs),
+                  Seconds(shell("curl -s -o " + dir + "/out.raw " + server.Url("/disk.raw")), runs),
+                  false, 0.85});
+  rows.push_back({"gz    vs curl | gzip -dc", Seconds(import("/disk.raw.gz"), runs),
+                  Seconds(shell("curl -s " + server.Url("/disk.raw.gz") + " | gzip -dc > " + dir +
+                                "/out.raw"),
+                          runs),
+                  false, 0.90});
+  rows.push_back({"xz    vs curl | xz -dc", Seconds(import("/disk.raw.xz"), runs),
+                  Seconds(shell("curl -s " + server.Url("/disk.raw.xz") + " | xz -dc > " + dir +
+                                "/out.raw"),
+                          runs),
+                  false, 0.90});
+  rows.push_back({"qcow2 vs qemu-img convert (local)", Seconds(import("/disk.qcow2"), runs),
+                  Seconds(shell("qemu-img convert -t writeback -f qcow2 -O raw " + dir + "/disk.qcow2 " +
+                                dir + "/out.raw"),
+                          runs),
+                  true, 1.10});
+  server.Stop();
+  std::printf("\n%-36s %10s %10s %10s %8s %s\n", "case (image " , "wisp s", "base s", "ratio",
+              "goal", "");
+  bool all = true;
+  for (const auto& r : rows) {
+    double ratio = r.time_ratio ? r.ours / r.theirs : r.theirs / r.ours;
+    bool ok = r.time_ratio ? ratio <= r.goal : ratio >= r.goal;
+    all = all && ok;
+    std::printf("%-36s %10.3f %10.3f %9.2f%s %7s%.2f %s\n", r.name, r.ours, r.theirs,
+                r.time_ratio ? ratio : ratio * 100, r.time_ratio ? "x" : "%",
+                r.time_ratio ? "<=" : ">=", r.time_ratio ? r.goal : r.goal * 100,
+                ok ? "ok" : "MISSED");
+  }
+  std::printf("(%.2f GiB image; throughput ratio = baseline time / wisp time; best of %d)\n", gib, runs);
+  std::filesystem::remove_all(dir);
+  return all ? 0 : 3;
+}
