@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   flags.String("socket", &socket, "Unix socket to listen on (a stale socket is removed; mode 0660).");
   flags.String("token-file", &token_file, "The projected service-account token file.");
   flags.String("sts-url", &sts_url, "wisp's STS endpoint, https://<gateway>/v1/token.");
-  flags.String("ca-file", &ca_file, "PEM CA bundle that verifies the gateway's certificate.");
+  flags.String("ca-file", &ca_file, "PEM CA bundle that verifies the gateway's certificate; empty = the system trust store.");
   flags.String("audience", &audience, "The audience to ask the STS for.");
   flags.String("scope", &scope, "Space-separated scopes to ask the STS for.");
   flags.String("log-level", &log_level, "trace|debug|info|warn|error.");

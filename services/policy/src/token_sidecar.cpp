@@ -201,11 +201,12 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
       {"image", policy.sidecar_image},
       {"imagePullPolicy", "IfNotPresent"},
   };
-  Json args = Json::array({"--token-socket=" + std::string(kSocketDir) + "/token.sock",
+  // Exactly wisp-sidecar's flags: the STS audience is the token volume's audience (the wisp
+  // volume's identityProvider, else the policy's), as GCSFuse's sidecar asks its STS.
+  Json args = Json::array({"--socket=" + std::string(kSocketDir) + "/token.sock",
                            "--token-file=" + std::string(kTokenDir) + "/token",
-                           std::string("--host-network=") + (host_network ? "true" : "false")});
+                           "--audience=" + audience});
   if (!policy.sidecar_sts_url.empty()) args.push_back("--sts-url=" + policy.sidecar_sts_url);
-  if (!idp.empty()) args.push_back("--identity-provider=" + idp);
   sidecar["args"] = args;
   if (native) {
     sidecar["env"] = Json::array({{{"name", "NATIVE_SIDECAR"}, {"value", "TRUE"}}});

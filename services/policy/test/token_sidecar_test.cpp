@@ -34,8 +34,8 @@ TEST(TokenSidecarTest, InjectsIntoHostNetworkPodAndIsReinvocationSafe) {
 
   Json expected_sidecar = Json::parse(R"({
     "name":"wisp-sidecar","image":"ghcr.io/wisp-dev/wisp-sidecar:0.1.0","imagePullPolicy":"IfNotPresent",
-    "args":["--token-socket=/var/run/wisp/token.sock","--token-file=/var/run/wisp-sa-token/token",
-            "--host-network=true"],
+    "args":["--socket=/var/run/wisp/token.sock","--token-file=/var/run/wisp-sa-token/token",
+            "--audience=wisp"],
     "env":[{"name":"NATIVE_SIDECAR","value":"TRUE"}],
     "restartPolicy":"Always",
     "resources":{"requests":{"cpu":"250m","memory":"256Mi","ephemeral-storage":"5Gi"},
@@ -116,7 +116,7 @@ TEST(TokenSidecarTest, NonHostNetworkPodsFollowTokenVolumeFor) {
   all.token_volume_for = TokenVolumeFor::kAll;
   Verdict w = EvaluateTokenSidecar(in, all);
   Json out = Apply(in, w);
-  EXPECT_EQ(out["spec"]["initContainers"][0]["args"][2], "--host-network=false");
+  EXPECT_EQ(out["spec"]["initContainers"][0]["args"][2], "--audience=wisp");
   EXPECT_NE(k8s::FindNamed(out["spec"]["volumes"], "wisp-sa-token"), nullptr);
 }
 
@@ -235,7 +235,7 @@ TEST(TokenSidecarTest, AudienceFromIdentityProviderAndAllowList) {
   EXPECT_EQ(out["spec"]["volumes"][1]["projected"]["sources"][0]["serviceAccountToken"]["audience"],
             "https://idp.example");
   EXPECT_EQ(out["spec"]["initContainers"].size(), 1u);  // one sidecar for both volumes
-  EXPECT_EQ(out["spec"]["initContainers"][0]["args"][3], "--identity-provider=https://idp.example");
+  EXPECT_EQ(out["spec"]["initContainers"][0]["args"][2], "--audience=https://idp.example");
 
   Policy restricted;
   restricted.audiences["ml"] = {"wisp"};

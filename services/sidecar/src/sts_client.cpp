@@ -44,7 +44,9 @@ absl::StatusOr<std::unique_ptr<HttpStsClient>> HttpStsClient::Create(StsOptions 
   if (options.url.rfind("https://", 0) != 0) {
     return absl::InvalidArgumentError("sts-url: must be an https:// URL");
   }
-  if (options.ca_file.empty() || !std::ifstream(options.ca_file)) {
+  // No CA file: the system trust store verifies the gateway (a publicly or operator-trusted
+  // certificate); a CA file that is named but unreadable is a mistake, not a fallback.
+  if (!options.ca_file.empty() && !std::ifstream(options.ca_file)) {
     return absl::InvalidArgumentError("ca-file: cannot read \"" + options.ca_file + "\"");
   }
   if (options.audience.empty()) return absl::InvalidArgumentError("audience: required");
@@ -56,7 +58,11 @@ absl::StatusOr<std::unique_ptr<HttpStsClient>> HttpStsClient::Create(StsOptions 
     config.set_validate_certificates(true);
     const std::string ca = options.ca_file;
     config.set_ssl_context_callback([ca](boost::asio::ssl::context& ctx) {
-      ctx.load_verify_file(ca);
+      if (ca.empty()) {
+        ctx.set_default_verify_paths();
+      } else {
+        ctx.load_verify_file(ca);
+      }
     });
     impl->client = std::make_unique<web::http::client::http_client>(options.url, config);
   } catch (const std::exception& e) {
