@@ -142,8 +142,8 @@ std::vector<std::string> Stack::ArgsFor(const std::string& service) const {
                 {"--listen-address", "127.0.0.1:" + std::to_string(gateway_port_), "--tls-cert",
                  d + "/pki/gateway.pem", "--tls-key", d + "/pki/gateway-key.pem", "--csi-endpoint",
                  csi_endpoint(), "--csi-role", options_.csi_role, "--node-name", "node-a",
-                 "--volume-root", d + "/volumes", "--target-root", d + "/targets", "--issuer-url",
-                 issuer, "--failure-mode", options_.failure_mode});
+                 "--volume-root", d + "/volumes", "--target-root", d + "/targets",
+                 "--failure-mode", options_.failure_mode});
   }
   if (auto it = options_.extra_args.find(service); it != options_.extra_args.end()) {
     args.insert(args.end(), it->second.begin(), it->second.end());

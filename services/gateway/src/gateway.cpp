@@ -6,6 +6,7 @@
 
 #include "admission/admission_handler.hpp"
 #include "csi/csi_server.hpp"
+#include "oidc/oidc_routes.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/fsutil/mounter.hpp"
 #include "wisp/log/log.hpp"
@@ -16,6 +17,7 @@ namespace wisp::gateway {
 // The parts behind the doors, each built from the bus and its settings.
 struct Gateway::Parts {
   std::unique_ptr<admission::AdmissionHandler> admission;
+  std::unique_ptr<oidc::OidcRoutes> oidc;
   fsutil::SystemMounter mounter;
   std::unique_ptr<csi::CsiServer> csi;
 };
@@ -44,11 +46,6 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
   flags.String("kubernetes-version", &s.kubernetes_version,
                "major.minor of the cluster, for the native-sidecar choice (>= 1.29: initContainer "
                "with restartPolicy Always).");
-  flags.String("issuer-url", &s.issuer_url,
-               "The OIDC issuer URL tokens carry as iss; discovery is served under it.");
-  flags.String("trusted-issuers-file", &s.trusted_issuers_file,
-               "YAML list of external issuers whose tokens STS accepts (issuer, jwks file or URL, "
-               "audience).");
   flags.String("csi-endpoint", &s.csi_endpoint,
                "unix:///path of the CSI socket; empty disables CSI.");
   flags.Enum("csi-role", &s.csi_role, {"node", "controller", "both"},
@@ -58,6 +55,10 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
   flags.String("target-root", &s.target_root,
                "CSI target and staging paths must be under this directory (kubelet's root).");
   flags.String("staging-root", &s.staging_root, "Staging paths root; empty = --target-root.");
+  flags.String("default-node", &s.default_node,
+               "Controller role: the node a CreateVolume without accessibility requirements goes "
+               "to; empty = --node-name (right for the local stack, not for a controller "
+               "Deployment, where external-provisioner sends topology).");
   flags.Int("upload-max-bytes", &s.upload_max_bytes, "Largest upload accepted on /v1/upload/.");
 }
 
@@ -85,10 +86,6 @@ absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
   if (s.node_name.empty()) return absl::InvalidArgumentError("node-name: required");
   if (!s.csi_endpoint.empty() && s.csi_endpoint.rfind("unix://", 0) != 0) {
     return absl::InvalidArgumentError("csi-endpoint: \"" + s.csi_endpoint + "\" must be unix:///path");
-  }
-  if (s.issuer_url.rfind("https://", 0) != 0) {
-    return absl::InvalidArgumentError("issuer-url: \"" + s.issuer_url +
-                                      "\" must be an https:// URL (OIDC verifiers require it)");
   }
   return absl::OkStatus();
 }
@@ -142,7 +139,12 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
       admission::AdmissionOptions{.failure_mode = failure_mode,
                                   .max_timeout = settings.admission_timeout,
                                   .kubernetes_version = settings.kubernetes_version});
-  if (gw->https_) admission::RegisterAdmissionRoutes(*gw->https_, *gw->parts_->admission);
+  if (gw->https_) {
+    admission::RegisterAdmissionRoutes(*gw->https_, *gw->parts_->admission);
+    // Discovery and JWKS follow the key set from a local cache; STS goes to wisp-token.
+    WISP_ASSIGN_OR_RETURN(gw->parts_->oidc,
+                          oidc::RegisterOidcRoutes(*gw->https_, process.bus(), process.registry()));
+  }
 
   if (!settings.csi_endpoint.empty()) {
     csi::CsiServerOptions options;
@@ -151,6 +153,7 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
     options.node_id = settings.node_name;
     options.volume_root = settings.volume_root;
     options.target_roots = {settings.target_root};
+    options.default_node = settings.default_node;
     if (!settings.staging_root.empty()) options.target_roots.push_back(settings.staging_root);
     gw->parts_->csi = std::make_unique<csi::CsiServer>(options, process.bus(), SystemClock::Instance(),
                                                        gw->parts_->mounter, process.registry());

@@ -25,15 +25,13 @@ struct GatewaySettings {
   std::string failure_mode = "closed";
   std::chrono::milliseconds admission_timeout = std::chrono::seconds(10);
   std::string kubernetes_version = "1.29";
-  // OIDC / STS
-  std::string issuer_url = "https://localhost:8443";
-  std::string trusted_issuers_file;
   // CSI
   std::string csi_endpoint;
   std::string csi_role = "both";
   std::string volume_root = "/var/lib/wisp/volumes";
   std::string target_root = "/var/lib/kubelet";
   std::string staging_root;
+  std::string default_node;
   // Upload
   int64_t upload_max_bytes = int64_t{64} << 30;
 };

@@ -26,7 +26,6 @@ TEST(GatewaySettingsTest, RejectsInvalidSettingsNamingThem) {
       {[](GatewaySettings& s) { s.listen_address.clear(); }, "listen-address: empty"},
       {[](GatewaySettings& s) { s.listen_address = "8443"; }, "listen-address"},
       {[](GatewaySettings& s) { s.csi_endpoint = "/run/csi.sock"; }, "csi-endpoint"},
-      {[](GatewaySettings& s) { s.issuer_url = "http://x"; }, "issuer-url"},
       {[](GatewaySettings& s) { s.node_name.clear(); }, "node-name: required"},
   };
   // A node-only gateway needs no certificate.
