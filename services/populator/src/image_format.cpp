@@ -1,6 +1,7 @@
 #include "image_format.hpp"
 
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 
 namespace wisp::populator {
@@ -33,7 +34,10 @@ bool IsCompression(FormatKind kind) {
 ImageFormat DetectFormat(const uint8_t* data, size_t n) {
   using namespace std::string_view_literals;
   if (StartsWith(data, n, "\x1f\x8b"sv)) return {FormatKind::kGzip, "gz"};
-  if (StartsWith(data, n, "\xfd" "7zXZ\x00"sv)) return {FormatKind::kXz, "xz"};
+  if (StartsWith(data, n,
+                 "\xfd"
+                 "7zXZ\x00"sv))
+    return {FormatKind::kXz, "xz"};
   if (StartsWith(data, n, "\x28\xb5\x2f\xfd"sv)) return {FormatKind::kZstd, "zst"};
   if (StartsWith(data, n, "QFI\xfb"sv)) return {FormatKind::kQcow2, "qcow2"};
   if (StartsWith(data, n, "KDMV"sv)) return {FormatKind::kUnsupported, "vmdk"};
@@ -67,6 +71,29 @@ absl::StatusOr<Qcow2Header> ParseQcow2Header(const uint8_t* data, size_t n) {
   if (cluster_bits < 9 || cluster_bits > 21) {
     return absl::InvalidArgumentError("qcow2 cluster_bits " + std::to_string(cluster_bits) +
                                       " is out of range");
+  }
+  if (h.version == 3) {
+    // Version 3 headers are at least 104 bytes; incompatible_features is the u64 at offset 72.
+    // An external data file (bit 2) would make qemu-img read a host path named by the image, so
+    // a user could copy any file the populator can read into their volume: never accepted.
+    if (n < 104) return absl::InvalidArgumentError("qcow2 version 3 header is truncated");
+    const uint64_t incompatible = BigEndian(data + 72, 8);
+    constexpr uint64_t kDirty = 1u << 0, kCorrupt = 1u << 1, kExternalData = 1u << 2,
+                       kCompressionType = 1u << 3, kExtendedL2 = 1u << 4;
+    if (incompatible & kExternalData) {
+      return absl::InvalidArgumentError(
+          "qcow2 image uses an external data file; only self-contained images can be imported");
+    }
+    if (incompatible & kCorrupt) {
+      return absl::InvalidArgumentError("qcow2 image is marked corrupt");
+    }
+    if (const uint64_t unknown = incompatible & ~(kDirty | kCompressionType | kExtendedL2)) {
+      return absl::InvalidArgumentError("qcow2 image has unknown incompatible features 0x" + [&] {
+        char buf[24];
+        std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(unknown));
+        return std::string(buf);
+      }());
+    }
   }
   return h;
 }
