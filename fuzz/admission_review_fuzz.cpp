@@ -37,7 +37,8 @@ void Inspect(const k8s::Json& obj) {
     }
     (void)k8s::FindNamed(items, "wisp-token");
   }
-  const k8s::Json* storage = k8s::Find(obj, {"spec", "storage", "resources", "requests", "storage"});
+  const k8s::Json* storage =
+      k8s::Find(obj, {"spec", "storage", "resources", "requests", "storage"});
   if (storage != nullptr && storage->is_string()) {
     auto q = k8s::ParseQuantity(storage->get<std::string>());
     if (q.ok()) (void)q->Bytes();

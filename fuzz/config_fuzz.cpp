@@ -66,11 +66,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return p > 0 && p < 65536 ? absl::OkStatus() : absl::InvalidArgumentError("must be 1..65535");
   });
   flags.Bool("verbose", &verbose, "chatty");
-  flags.Duration("key-rotation-period", &period, "rotation period",
-                 [](const std::chrono::milliseconds& d) {
-                   return d >= std::chrono::seconds(1) ? absl::OkStatus()
-                                                       : absl::InvalidArgumentError("must be at least 1s");
-                 });
+  flags.Duration(
+      "key-rotation-period", &period, "rotation period", [](const std::chrono::milliseconds& d) {
+        return d >= std::chrono::seconds(1) ? absl::OkStatus()
+                                            : absl::InvalidArgumentError("must be at least 1s");
+      });
   flags.Enum("failure-mode", &mode, {"open", "closed"}, "what to answer when the bus is down");
   std::vector<const char*> argv;
   for (const auto& w : words) argv.push_back(w.c_str());

@@ -18,7 +18,8 @@ namespace gcsi = wisp::gateway::csi;
 namespace {
 // A secret value shows in StripSecrets(req) only if it also shows with the secrets removed.
 template <typename Req>
-void CheckNoSecretLeaks(const Req& req, const google::protobuf::Map<std::string, std::string>* context) {
+void CheckNoSecretLeaks(const Req& req,
+                        const google::protobuf::Map<std::string, std::string>* context) {
   const std::string shown = gcsi::StripSecrets(req);
   // The same request with every secret value emptied (keys kept, so names and markers match).
   Req clean = req;
@@ -60,13 +61,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (gcsi::IsEphemeral(ctx)) {
       auto spec = gcsi::ParseTokenVolume(ctx, 1);
       if (spec.ok()) {
-        if (spec->expiration_seconds < 1 || spec->expiration_seconds > gcsi::kMaxExpirationSeconds ||
-            spec->file_mode > 0777 || spec->path.empty()) {
+        if (spec->expiration_seconds < 1 ||
+            spec->expiration_seconds > gcsi::kMaxExpirationSeconds || spec->file_mode > 0777 ||
+            spec->path.empty()) {
           abort();  // accepted attributes outside the documented bounds
         }
         auto kubelet = gcsi::KubeletTokenFor(ctx, spec->audience);
         if (kubelet.ok()) {
-          (void)gcsi::NextRotationUnix(0, kubelet->expires_unix, gcsi::MaxJitterFor(spec->expiration_seconds));
+          (void)gcsi::NextRotationUnix(0, kubelet->expires_unix,
+                                       gcsi::MaxJitterFor(spec->expiration_seconds));
         }
       }
     }

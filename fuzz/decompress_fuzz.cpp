@@ -40,10 +40,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   populator::FormatKind kind;
   switch (data[0]) {
-    case 0: kind = populator::FormatKind::kGzip; break;
-    case 1: kind = populator::FormatKind::kXz; break;
-    case 2: kind = populator::FormatKind::kZstd; break;
-    default: kind = populator::DetectFormat(data + 2, size - 2).kind; break;
+    case 0:
+      kind = populator::FormatKind::kGzip;
+      break;
+    case 1:
+      kind = populator::FormatKind::kXz;
+      break;
+    case 2:
+      kind = populator::FormatKind::kZstd;
+      break;
+    default:
+      kind = populator::DetectFormat(data + 2, size - 2).kind;
+      break;
   }
   if (!populator::IsCompression(kind)) return 0;
   const size_t chunk = 1 + data[1] * 257;

@@ -13,6 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (f.name.empty()) abort();  // every detection names its format
   (void)populator::IsCompression(f.kind);
   auto header = populator::ParseQcow2Header(data, size);
-  if (header.ok() && f.kind != populator::FormatKind::kQcow2) abort();  // parsed what detection rejected
+  if (header.ok() && f.kind != populator::FormatKind::kQcow2)
+    abort();  // parsed what detection rejected
   return 0;
 }

@@ -26,6 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!other.ok()) return 0;
   const k8s::Json patch = k8s::Diff(*doc, *other);
   auto applied = k8s::ApplyPatch(*doc, patch);
-  if (!applied.ok() || *applied != *other) abort();  // Diff produced a patch that does not round-trip
+  if (!applied.ok() || *applied != *other)
+    abort();  // Diff produced a patch that does not round-trip
   return 0;
 }

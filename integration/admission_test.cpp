@@ -19,14 +19,16 @@ using Json = nlohmann::json;
 std::string Dir() { return SourceDir() + "/integration/admission"; }
 
 Json Manifest(const std::string& name) {
-  auto r = RunCommand("/usr/bin/python3 -c 'import json,sys,yaml; "
-                      "print(json.dumps(yaml.safe_load(sys.stdin)))' < " +
-                      Dir() + "/manifests/" + name + " 2>&1");
+  auto r = RunCommand(
+      "/usr/bin/python3 -c 'import json,sys,yaml; "
+      "print(json.dumps(yaml.safe_load(sys.stdin)))' < " +
+      Dir() + "/manifests/" + name + " 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return Json::parse(r.output);
 }
 
-std::string Review(const Json& object, const std::string& uid, const std::string& operation = "CREATE") {
+std::string Review(const Json& object, const std::string& uid,
+                   const std::string& operation = "CREATE") {
   std::string api = object.value("apiVersion", "");
   auto slash = api.find('/');
   std::string group = slash == std::string::npos ? "" : api.substr(0, slash);
@@ -115,8 +117,9 @@ TEST_F(AdmissionTest, HostNetworkPodGetsSidecarAndToken) {
   EXPECT_FALSE(sidecar["resources"]["limits"].contains("cpu"));  // "0" = unlimited
   const Json* token = Named(out["spec"]["volumes"], "wisp-sa-token");
   ASSERT_NE(token, nullptr);
-  EXPECT_EQ((*token)["projected"]["sources"][0]["serviceAccountToken"],
-            Json::parse(R"({"audience":"ml-pool.svc.id.goog","expirationSeconds":3600,"path":"token"})"));
+  EXPECT_EQ(
+      (*token)["projected"]["sources"][0]["serviceAccountToken"],
+      Json::parse(R"({"audience":"ml-pool.svc.id.goog","expirationSeconds":3600,"path":"token"})"));
   EXPECT_EQ(out["spec"]["containers"][0]["env"][0]["value"], "unix:///var/run/wisp/token.sock");
   EXPECT_EQ(resp["auditAnnotations"]["token-volume"], "wisp-sa-token audience=ml-pool.svc.id.goog");
 
@@ -190,13 +193,14 @@ TEST_F(AdmissionTest, BadRequestsGet400) {
   ASSERT_TRUE(wrong_type.ok());
   EXPECT_EQ(wrong_type->status, 400);
   EXPECT_NE(wrong_type->body.find("is not application/json"), std::string::npos);
-  auto bad_json = stack_->Https("POST", "/validate", "{\"apiVersion\":", {{"Content-Type", "application/json"}});
+  auto bad_json = stack_->Https("POST", "/validate",
+                                "{\"apiVersion\":", {{"Content-Type", "application/json"}});
   ASSERT_TRUE(bad_json.ok());
   EXPECT_EQ(bad_json->status, 400);
   EXPECT_NE(bad_json->body.find("body is not valid JSON"), std::string::npos);
   Json deploy = {{"apiVersion", "apps/v1"}, {"kind", "Deployment"}, {"metadata", {{"name", "d"}}}};
-  auto unknown = stack_->Https("POST", "/mutate", Review(deploy, "y"),
-                               {{"Content-Type", "application/json"}});
+  auto unknown =
+      stack_->Https("POST", "/mutate", Review(deploy, "y"), {{"Content-Type", "application/json"}});
   ASSERT_TRUE(unknown.ok());
   EXPECT_EQ(unknown->status, 400);
   EXPECT_NE(unknown->body.find("is not admitted by wisp"), std::string::npos);

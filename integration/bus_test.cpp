@@ -96,8 +96,8 @@ TEST_F(NatsBusTest, ErrorsByCode) {
   for (int code : {3, 5, 6, 7, 9, 10, 13, 14, 16}) {
     SCOPED_TRACE(code);
     auto reply = bus_->Request("it.err", std::to_string(code), 2s);
-    EXPECT_EQ(reply.status(), absl::Status(static_cast<absl::StatusCode>(code),
-                                           "failed " + std::to_string(code)));
+    EXPECT_EQ(reply.status(),
+              absl::Status(static_cast<absl::StatusCode>(code), "failed " + std::to_string(code)));
   }
   EXPECT_EQ(bus_->Request("it.nobody", "", 2s).status().code(), absl::StatusCode::kUnavailable);
 }
@@ -116,7 +116,8 @@ TEST_F(NatsBusTest, DeadlineExpiryDoesNotCallHandler) {
     return Reply::Ok("done");
   });
   ASSERT_TRUE(sub.ok());
-  auto first = std::async(std::launch::async, [&] { return bus_->Request("it.slow", "first", 3s); });
+  auto first =
+      std::async(std::launch::async, [&] { return bus_->Request("it.slow", "first", 3s); });
   ASSERT_TRUE(Eventually([&] { return first_running.load(); }));
   auto second = bus_->Request("it.slow", "second", 100ms);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -145,7 +146,8 @@ TEST_F(NatsBusTest, ServeThreadsRunInParallel) {
   ASSERT_TRUE(Eventually([&] { return bus_->Request("it.par", "warm", 1s).ok(); }));
   std::vector<std::future<absl::StatusOr<Message>>> calls;
   for (int i = 0; i < 4; ++i) {
-    calls.push_back(std::async(std::launch::async, [&] { return bus_->Request("it.par", "", 5s); }));
+    calls.push_back(
+        std::async(std::launch::async, [&] { return bus_->Request("it.par", "", 5s); }));
   }
   for (auto& c : calls) EXPECT_TRUE(c.get().ok());
   EXPECT_GE(peak.load(), 3);  // at least 3 of 4 overlapped (all 4 unless the machine is starved)
@@ -155,8 +157,14 @@ TEST_F(NatsBusTest, ServeThreadsRunInParallel) {
 TEST_F(NatsBusTest, QueueGroups) {
   auto other = NewBus();
   std::atomic<int> a{0}, b{0}, watcher{0};
-  auto s1 = bus_->Serve("it.q", "grp", [&](const Request&) { ++a; return Reply::Ok("a"); });
-  auto s2 = other->Serve("it.q", "grp", [&](const Request&) { ++b; return Reply::Ok("b"); });
+  auto s1 = bus_->Serve("it.q", "grp", [&](const Request&) {
+    ++a;
+    return Reply::Ok("a");
+  });
+  auto s2 = other->Serve("it.q", "grp", [&](const Request&) {
+    ++b;
+    return Reply::Ok("b");
+  });
   std::atomic<bool> saw_barrier{false};
   auto s3 = other->Subscribe("it.q", "", [&](const Message& m) {
     ++watcher;
@@ -208,9 +216,10 @@ TEST_F(NatsBusTest, MicroServiceDiscovery) {
   auto s1 = Service::Start(*bus_, {.name = "it-svc", .version = "1.0.0"});
   auto s2 = Service::Start(*other, {.name = "it-svc", .version = "1.0.0"});
   ASSERT_TRUE(s1.ok() && s2.ok());
-  ASSERT_TRUE((*s1)->AddEndpoint("echo", "it.svc.echo", "", [](const Request& r) {
-    return Reply::Ok(r.msg.data);
-  }).ok());
+  ASSERT_TRUE((*s1)
+                  ->AddEndpoint("echo", "it.svc.echo", "",
+                                [](const Request& r) { return Reply::Ok(r.msg.data); })
+                  .ok());
   ASSERT_TRUE(bus_->Request("it.svc.echo", "x", 2s).ok());
   absl::StatusOr<std::vector<ServiceInstance>> found;
   ASSERT_TRUE(Eventually([&] {
@@ -316,8 +325,8 @@ TEST_F(NatsBusTest, KeyValueCasRace) {
         while (true) {
           auto cur = (*mine)->Get("counter");
           ASSERT_TRUE(cur.ok());
-          auto next = (*mine)->Update("counter", std::to_string(std::stoi(cur->value) + 1),
-                                      cur->revision);
+          auto next =
+              (*mine)->Update("counter", std::to_string(std::stoi(cur->value) + 1), cur->revision);
           if (next.ok()) break;
           ASSERT_EQ(next.status().code(), absl::StatusCode::kAborted) << next.status();
           ++conflicts;
@@ -387,8 +396,9 @@ TEST_F(NatsBusTest, ReconnectsAfterServerKill) {
 // Tests that a durable pull consumer and a KV watch opened before a nats-server SIGKILL keep
 // working after it restarts with the same store.
 TEST_F(NatsBusTest, JetStreamAndWatchSurviveServerKill) {
-  ASSERT_TRUE(bus_->Js().EnsureStream({.name = "IT_RE", .subjects = {"it.re.jobs.>"},
-                                       .work_queue = true}).ok());
+  ASSERT_TRUE(bus_->Js()
+                  .EnsureStream({.name = "IT_RE", .subjects = {"it.re.jobs.>"}, .work_queue = true})
+                  .ok());
   auto consumer = bus_->Js().PullSubscribe("IT_RE", {.durable = "it-re", .ack_wait = 2s});
   ASSERT_TRUE(consumer.ok()) << consumer.status();
   auto kv = bus_->OpenBucket({.name = "it_re_kv"});
@@ -413,23 +423,27 @@ TEST_F(NatsBusTest, JetStreamAndWatchSurviveServerKill) {
 
   // The message stored before the crash is still there for the same durable.
   std::vector<std::string> got;
-  ASSERT_TRUE(Eventually([&] {
-    auto batch = (*consumer)->Fetch(5, 500ms);
-    if (!batch.ok()) return false;
-    for (auto& m : *batch) {
-      got.push_back(m->msg().data);
-      EXPECT_TRUE(m->Ack().ok());
-    }
-    return !got.empty();
-  }, 15s));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto batch = (*consumer)->Fetch(5, 500ms);
+        if (!batch.ok()) return false;
+        for (auto& m : *batch) {
+          got.push_back(m->msg().data);
+          EXPECT_TRUE(m->Ack().ok());
+        }
+        return !got.empty();
+      },
+      15s));
   EXPECT_EQ(got.front(), "before");
   ASSERT_TRUE(Eventually([&] { return bus_->Js().Publish("it.re.jobs.a", "after").ok(); }, 10s));
-  ASSERT_TRUE(Eventually([&] {
-    auto batch = (*consumer)->Fetch(1, 500ms);
-    if (!batch.ok() || batch->empty()) return false;
-    EXPECT_EQ((*batch)[0]->msg().data, "after");
-    return (*batch)[0]->Ack().ok();
-  }, 10s));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto batch = (*consumer)->Fetch(1, 500ms);
+        if (!batch.ok() || batch->empty()) return false;
+        EXPECT_EQ((*batch)[0]->msg().data, "after");
+        return (*batch)[0]->Ack().ok();
+      },
+      10s));
 
   ASSERT_TRUE(Eventually([&] { return (*kv)->Put("k", "after-restart").ok(); }, 10s));
   EXPECT_TRUE(Eventually([&] { return saw("k=after-restart"); }, 10s));
@@ -482,17 +496,20 @@ TEST(NatsClusterTest, FailsOverToAnotherNode) {
   auto server_bus = NatsBus::Connect(o);
   auto client_bus = NatsBus::Connect(o);
   ASSERT_TRUE(server_bus.ok() && client_bus.ok());
-  auto sub = (*server_bus)->Serve("it.cluster", "q", [](const Request&) { return Reply::Ok("ok"); });
+  auto sub =
+      (*server_bus)->Serve("it.cluster", "q", [](const Request&) { return Reply::Ok("ok"); });
   ASSERT_TRUE(sub.ok());
   ASSERT_TRUE(Eventually([&] { return (*client_bus)->Request("it.cluster", "", 1s).ok(); }));
   const std::string url = (*server_bus)->ConnectedUrl();
   for (int i = 0; i < (*cluster)->size(); ++i) {
     if ((*cluster)->node(i).url() == url) (*cluster)->node(i).Kill();
   }
-  ASSERT_TRUE(Eventually([&] {
-    return (*server_bus)->ConnectedUrl() != url &&
-           (*client_bus)->Request("it.cluster", "", 1s).ok();
-  }, 15s));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return (*server_bus)->ConnectedUrl() != url &&
+               (*client_bus)->Request("it.cluster", "", 1s).ok();
+      },
+      15s));
 }
 
 }  // namespace

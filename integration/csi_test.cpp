@@ -75,24 +75,24 @@ class ShortTokenIssuer {
     options.servers = {nats_url};
     options.name = "csi-test-issuer";
     bus_ = *bus::NatsBus::Connect(options);
-    sub_ = *bus_->Serve(bus::subjects::kTokenIssue, bus::queues::kToken,
-                        [this](const bus::Request& r) -> bus::Reply {
-                          auto req = bus::ParseBody<v1::IssueRequest>(r);
-                          if (!req.ok()) return bus::Reply::Error(req.status());
-                          const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                                                  std::chrono::system_clock::now().time_since_epoch())
-                                                  .count();
-                          v1::IssueResponse resp;
-                          std::lock_guard lock(mu_);
-                          // Distinct lengths, so a torn read could never pass for a valid token.
-                          const int n = ++issued_;
-                          resp.set_token("short-" + std::to_string(n) + "-" +
-                                         std::string(100 + 37 * n, 'x'));
-                          issued_tokens_.insert(resp.token());
-                          resp.set_issued_at_unix(now);
-                          resp.set_expiration_unix(now + lifetime_.count());
-                          return bus::ProtoReply(resp);
-                        });
+    sub_ = *bus_->Serve(
+        bus::subjects::kTokenIssue, bus::queues::kToken,
+        [this](const bus::Request& r) -> bus::Reply {
+          auto req = bus::ParseBody<v1::IssueRequest>(r);
+          if (!req.ok()) return bus::Reply::Error(req.status());
+          const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+          v1::IssueResponse resp;
+          std::lock_guard lock(mu_);
+          // Distinct lengths, so a torn read could never pass for a valid token.
+          const int n = ++issued_;
+          resp.set_token("short-" + std::to_string(n) + "-" + std::string(100 + 37 * n, 'x'));
+          issued_tokens_.insert(resp.token());
+          resp.set_issued_at_unix(now);
+          resp.set_expiration_unix(now + lifetime_.count());
+          return bus::ProtoReply(resp);
+        });
   }
   int issued() {
     std::lock_guard lock(mu_);
@@ -140,7 +140,8 @@ class CsiIntegrationTest : public ::testing::Test {
       f >> a >> b >> c >> r >> mp;
       if (mp.compare(0, root.size(), root) == 0) leftovers.push_back(mp);
     }
-    for (auto it = leftovers.rbegin(); it != leftovers.rend(); ++it) ::umount2(it->c_str(), MNT_DETACH);
+    for (auto it = leftovers.rbegin(); it != leftovers.rend(); ++it)
+      ::umount2(it->c_str(), MNT_DETACH);
   }
 
   std::unique_ptr<Stack> stack_;
@@ -213,8 +214,7 @@ TEST_F(CsiIntegrationTest, KubeletTokenModeWithRepublish) {
   ASSERT_TRUE(client_->Publish(req).ok());
   EXPECT_EQ(ReadAll(target + "/token"), "kubelet-token-2");
   EXPECT_NE(fs::read_symlink(target + "/..data").string(), first_dir);
-  EXPECT_THAT(stack_->process("wisp-gateway").Log(),
-              ::testing::Not(HasSubstr("kubelet-token-")));
+  EXPECT_THAT(stack_->process("wisp-gateway").Log(), ::testing::Not(HasSubstr("kubelet-token-")));
   // A missing audience is refused naming the field.
   c["audience"] = "vault";
   grpc::Status st = client_->Publish(req);
@@ -286,8 +286,9 @@ TEST_F(CsiIntegrationTest, PersistentVolumeLifecycle) {
   create.set_name("pvc-disk");
   create.mutable_capacity_range()->set_required_bytes(64 << 20);
   *create.add_volume_capabilities() = MountCapability();
-  (*create.mutable_accessibility_requirements()->add_preferred()->mutable_segments())
-      ["topology.wisp.dev/node"] = "node-a";
+  (*create.mutable_accessibility_requirements()
+        ->add_preferred()
+        ->mutable_segments())["topology.wisp.dev/node"] = "node-a";
   ::csi::v1::CreateVolumeResponse created;
   grpc::Status st = client_->controller->CreateVolume(CsiClient::Ctx(60s).get(), create, &created);
   ASSERT_TRUE(st.ok()) << st.error_message();

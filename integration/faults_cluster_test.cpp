@@ -113,7 +113,8 @@ TEST(FaultsClusterTest, NodeKilledUnderLoad) {
       attempts++;
       return kv->Put(key, value).ok();
     });
-    ASSERT_TRUE(put_time.has_value()) << "Put " << key << " failed for longer than the retry window";
+    ASSERT_TRUE(put_time.has_value())
+        << "Put " << key << " failed for longer than the retry window";
     put_retries += attempts - 1;
     acked[key] = value;
     worst_put = std::max(worst_put, *put_time);
@@ -132,12 +133,14 @@ TEST(FaultsClusterTest, NodeKilledUnderLoad) {
   }
   ASSERT_TRUE(killed);
   EXPECT_NE(client->ConnectedUrl(), cluster.node(killed_node).url()) << "client did not fail over";
-  std::printf("[ faults   ] %d puts (%d retries, worst outage %lld ms), %d requests (%d retries, "
-              "worst outage %lld ms)\n",
-              puts, put_retries, static_cast<long long>(worst_put.count()), requests,
-              request_retries, static_cast<long long>(worst_request.count()));
+  std::printf(
+      "[ faults   ] %d puts (%d retries, worst outage %lld ms), %d requests (%d retries, "
+      "worst outage %lld ms)\n",
+      puts, put_retries, static_cast<long long>(worst_put.count()), requests, request_retries,
+      static_cast<long long>(worst_request.count()));
   ::testing::Test::RecordProperty("worst_put_outage_ms", static_cast<int>(worst_put.count()));
-  ::testing::Test::RecordProperty("worst_request_outage_ms", static_cast<int>(worst_request.count()));
+  ::testing::Test::RecordProperty("worst_request_outage_ms",
+                                  static_cast<int>(worst_request.count()));
 
   // Every acknowledged write is there, read through a fresh connection to the survivors.
   auto check = [&](NatsBus& reader, const std::string& when) {
@@ -156,7 +159,8 @@ TEST(FaultsClusterTest, NodeKilledUnderLoad) {
         if (!e.ok()) return false;
         got = e->value;
         return true;
-      })) << when << ": " << key << " unreadable";
+      })) << when
+          << ": " << key << " unreadable";
       if (got != value) {
         ++lost;
         ADD_FAILURE() << when << ": " << key << " = " << got << ", acknowledged " << value;

@@ -88,12 +88,11 @@ TEST(FaultsTokenRotationTest, ReplicasRaceAtRotation) {
   std::vector<int> metrics_ports;
   for (int i = 0; i < 2; ++i) {
     metrics_ports.push_back(FreePort());
-    auto p = Process::Start(
-        {.path = BinaryPath("wisp-token"),
-         .args = {"--nats-url", (*nats)->url(), "--key-encryption-key-file", kek,
-                  "--key-rotation-period", "1m", "--policy-file", policy, "--issuer-url",
-                  "https://wisp.test", "--metrics-address",
-                  "127.0.0.1:" + std::to_string(metrics_ports.back())}});
+    auto p = Process::Start({.path = BinaryPath("wisp-token"),
+                             .args = {"--nats-url", (*nats)->url(), "--key-encryption-key-file",
+                                      kek, "--key-rotation-period", "1m", "--policy-file", policy,
+                                      "--issuer-url", "https://wisp.test", "--metrics-address",
+                                      "127.0.0.1:" + std::to_string(metrics_ports.back())}});
     ASSERT_TRUE(p.ok()) << p.status();
     replicas.push_back(*std::move(p));
   }
@@ -119,7 +118,8 @@ TEST(FaultsTokenRotationTest, ReplicasRaceAtRotation) {
     if (!keys.ok()) return out;
     auto set = jwt::KeySet::FromJwks(keys->jwks_json());
     if (!set.ok()) return out;
-    for (const auto& [kid, key] : set->keys()) out[std::string(jwt::AlgorithmName(key.algorithm()))]++;
+    for (const auto& [kid, key] : set->keys())
+      out[std::string(jwt::AlgorithmName(key.algorithm()))]++;
     return out;
   };
   auto key_count = [&]() -> int {
@@ -189,13 +189,14 @@ TEST(FaultsTokenRotationTest, ReplicasRaceAtRotation) {
   ASSERT_TRUE(keys.ok()) << keys.status();
   auto jwks = jwt::KeySet::FromJwks(keys->jwks_json());
   ASSERT_TRUE(jwks.ok()) << jwks.status();
-  const int64_t now_unix =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
+  const int64_t now_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
   int unverifiable = 0;
   for (const auto& t : issued) {
-    auto local = jwt::Verify(t.token(), *jwks,
-                             {.issuer = "https://wisp.test", .audiences = {"wisp"}, .now_unix = now_unix});
+    auto local =
+        jwt::Verify(t.token(), *jwks,
+                    {.issuer = "https://wisp.test", .audiences = {"wisp"}, .now_unix = now_unix});
     v1::ReviewRequest req;
     req.set_token(t.token());
     auto review = bus::Call<v1::ReviewResponse>(**client, subjects::kTokenReview, req, 5s);

@@ -62,8 +62,9 @@ TEST(HarnessProcessTest, DestructorKillsProcessGroup) {
 // Tests that Terminate delivers SIGTERM and reports the exit code, and env reaches the child.
 TEST(HarnessProcessTest, TerminateAndEnv) {
   auto p = Process::Start({.path = "/bin/sh",
-                           .args = {"-c", "trap 'exit 0' TERM; echo v=$WISP_IT_VALUE; "
-                                          "while true; do sleep 0.05; done"},
+                           .args = {"-c",
+                                    "trap 'exit 0' TERM; echo v=$WISP_IT_VALUE; "
+                                    "while true; do sleep 0.05; done"},
                            .env = {{"WISP_IT_VALUE", "42"}}});
   ASSERT_TRUE(p.ok());
   ASSERT_TRUE((*p)->WaitForLog("v=42", 5s).ok());

@@ -50,18 +50,20 @@ class PopulateTest : public ::testing::Test {
     images_ = dir_.path() + "/images";
     volumes_ = dir_.path() + "/volumes";
     std::filesystem::create_directories(images_);
-    ASSERT_EQ(Sh("cd " + images_ + " && truncate -s 64M disk.raw"
-                 " && for m in 0 9 31 50 63; do dd if=/dev/urandom of=disk.raw bs=1M count=1 seek=$m"
-                 " conv=notrunc status=none; done"
-                 " && qemu-img convert -f raw -O qcow2 disk.raw disk.qcow2"
-                 " && qemu-img convert -f qcow2 -O raw disk.qcow2 disk.qcow2.expected"
-                 " && xz -0 -T1 -c disk.qcow2 > disk.qcow2.xz && gzip -1 -c disk.raw > disk.raw.gz"
-                 " && zstd -q -1 -c disk.raw > disk.raw.zst"
-                 " && (printf '\\3757zXZ\\000'; head -c 50000 /dev/urandom) > garbage.xz"
-                 " && truncate -s 128M big.raw && sync"),
-              0);
-    for (const char* f : {"disk.raw", "disk.qcow2.xz", "disk.raw.gz", "disk.raw.zst", "garbage.xz",
-                          "big.raw"}) {
+    ASSERT_EQ(
+        Sh("cd " + images_ +
+           " && truncate -s 64M disk.raw"
+           " && for m in 0 9 31 50 63; do dd if=/dev/urandom of=disk.raw bs=1M count=1 seek=$m"
+           " conv=notrunc status=none; done"
+           " && qemu-img convert -f raw -O qcow2 disk.raw disk.qcow2"
+           " && qemu-img convert -f qcow2 -O raw disk.qcow2 disk.qcow2.expected"
+           " && xz -0 -T1 -c disk.qcow2 > disk.qcow2.xz && gzip -1 -c disk.raw > disk.raw.gz"
+           " && zstd -q -1 -c disk.raw > disk.raw.zst"
+           " && (printf '\\3757zXZ\\000'; head -c 50000 /dev/urandom) > garbage.xz"
+           " && truncate -s 128M big.raw && sync"),
+        0);
+    for (const char* f :
+         {"disk.raw", "disk.qcow2.xz", "disk.raw.gz", "disk.raw.zst", "garbage.xz", "big.raw"}) {
       http_.Serve(std::string("/") + f, images_ + "/" + f);
     }
     populator::testing::ServeOptions cut;
@@ -87,13 +89,26 @@ class PopulateTest : public ::testing::Test {
   void StartPopulator() {
     metrics_port_ = integration::FreePort();
     auto p = Process::Start({.path = integration::BinaryPath("wisp-populator"),
-                             .args = {"--nats-url", nats_->url(), "--metrics-address",
+                             .args = {"--nats-url",
+                                      nats_->url(),
+                                      "--metrics-address",
                                       "127.0.0.1:" + std::to_string(metrics_port_),
-                                      "--volume-root", volumes_, "--node-name", "it-node",
-                                      "--workers", "2", "--job-ack-wait", "2s",
-                                      "--retry-backoff", "200ms", "--max-attempts", "2",
-                                      "--checkpoint-interval", std::to_string(4 << 20),
-                                      "--checkpoint-min-interval", "0s"}});
+                                      "--volume-root",
+                                      volumes_,
+                                      "--node-name",
+                                      "it-node",
+                                      "--workers",
+                                      "2",
+                                      "--job-ack-wait",
+                                      "2s",
+                                      "--retry-backoff",
+                                      "200ms",
+                                      "--max-attempts",
+                                      "2",
+                                      "--checkpoint-interval",
+                                      std::to_string(4 << 20),
+                                      "--checkpoint-min-interval",
+                                      "0s"}});
     ASSERT_TRUE(p.ok()) << p.status();
     populator_ = std::move(*p);
     ASSERT_TRUE(populator_->WaitForLog("serving volumes of node it-node", 20s).ok())
@@ -136,7 +151,8 @@ class PopulateTest : public ::testing::Test {
       std::this_thread::sleep_for(100ms);
     }
     ADD_FAILURE() << "volume " << id << " still " << v1::VolumePhase_Name(last.phase()) << " "
-                  << last.message() << "\n" << populator_->Log();
+                  << last.message() << "\n"
+                  << populator_->Log();
     return last;
   }
   std::string Disk(const std::string& id) { return volumes_ + "/" + id + "/disk.img"; }
@@ -198,7 +214,8 @@ TEST_F(PopulateTest, ImportsOverHttpAndHttpsWithEvents) {
 
   auto metrics = integration::HttpGet("127.0.0.1", metrics_port_, "/metrics", 2s);
   ASSERT_TRUE(metrics.ok());
-  EXPECT_NE(metrics->body.find("wisp_populator_jobs_total{result=\"succeeded\"} 3"), std::string::npos)
+  EXPECT_NE(metrics->body.find("wisp_populator_jobs_total{result=\"succeeded\"} 3"),
+            std::string::npos)
       << metrics->body.substr(0, 3000);
   EXPECT_NE(metrics->body.find("wisp_populator_bytes_read_total"), std::string::npos);
 }
@@ -212,9 +229,10 @@ TEST_F(PopulateTest, ErrorCasesFailWithTheRightMessage) {
   };
   v1::PopulationSource untrusted = Http(https_->Url("/disk.qcow2.xz"));
   std::vector<Case> cases = {
-      {"e-404", Http(http_.Url("/missing.qcow2")), "HTTP 404 Not Found from " + http_.Url("/missing.qcow2")},
-      {"e-trunc", Http(http_.Url("/truncated.raw")), " of 67108864 bytes from " +
-       http_.Url("/truncated.raw") + " (gave up after 2 attempts)"},
+      {"e-404", Http(http_.Url("/missing.qcow2")),
+       "HTTP 404 Not Found from " + http_.Url("/missing.qcow2")},
+      {"e-trunc", Http(http_.Url("/truncated.raw")),
+       " of 67108864 bytes from " + http_.Url("/truncated.raw") + " (gave up after 2 attempts)"},
       {"e-sha", Http(http_.Url("/disk.raw.gz"), std::string(64, 'f')), "sha256 mismatch"},
       {"e-big", Http(http_.Url("/big.raw")),
        "image is 134217728 bytes, larger than the volume capacity of 67108864 bytes"},
@@ -288,8 +306,9 @@ TEST_F(PopulateTest, WispctlShowsVolumes) {
   ASSERT_TRUE(get.ok());
   EXPECT_EQ((*get)->Wait(10s), 0) << (*get)->Log();
   EXPECT_NE((*get)->Log().find("Phase:     Succeeded"), std::string::npos) << (*get)->Log();
-  auto watch = Process::Start({.path = integration::BinaryPath("wispctl"),
-                               .args = {"volume", "watch", v->volume_id(), "--nats-url", nats_->url()}});
+  auto watch =
+      Process::Start({.path = integration::BinaryPath("wispctl"),
+                      .args = {"volume", "watch", v->volume_id(), "--nats-url", nats_->url()}});
   ASSERT_TRUE(watch.ok());
   EXPECT_EQ((*watch)->Wait(10s), 0) << (*watch)->Log();
   EXPECT_NE((*watch)->Log().find("Succeeded"), std::string::npos);

@@ -4,7 +4,8 @@
 //
 // How a denial is observed (nats-server drops a denied PUB/SUB and only reports it asynchronously):
 //   - a denied request gets no reply (DeadlineExceeded) instead of an answer;
-//   - a denied publish never reaches a subscriber, checked with a permitted publish sent right after
+//   - a denied publish never reaches a subscriber, checked with a permitted publish sent right
+//   after
 //     it on the same connection (NATS keeps per-connection order, so once the permitted one has
 //     arrived the denied one would have arrived first);
 //   - a denied subscription has no interest at the server, so a request to it finds no responders.
@@ -88,7 +89,8 @@ class BusPermissionsTest : public ::testing::Test {
     return ReadAll(dir_->path() + "/secrets/nats-" + user + ".password");
   }
 
-  // A connection as `user`; JetStream calls give up after 0.5 s (a denied JS API call gets no reply).
+  // A connection as `user`; JetStream calls give up after 0.5 s (a denied JS API call gets no
+  // reply).
   static std::unique_ptr<NatsBus> Connect(const std::string& user) {
     NatsBusOptions o;
     o.servers = {nats_->url()};
@@ -101,7 +103,9 @@ class BusPermissionsTest : public ::testing::Test {
     return bus.ok() ? *std::move(bus) : nullptr;
   }
 
-  static bus::BucketConfig Keys() { return bus::BucketConfig{.name = std::string(bus::buckets::kKeys)}; }
+  static bus::BucketConfig Keys() {
+    return bus::BucketConfig{.name = std::string(bus::buckets::kKeys)};
+  }
 
   static TempDir* dir_;
   static NatsServer* nats_;
@@ -176,7 +180,8 @@ TEST_F(BusPermissionsTest, OthersCannotTouchKeysBucket) {
           "$JS.API.STREAM.DELETE." + stream, "$JS.API.CONSUMER.CREATE." + stream,
           "$JS.API.STREAM.UPDATE." + stream}) {
       SCOPED_TRACE(api);
-      auto reply = b->Request(api, R"({"last_by_subj":"$KV.wisp_keys.sealed-key-1","seq":1})", 250ms);
+      auto reply =
+          b->Request(api, R"({"last_by_subj":"$KV.wisp_keys.sealed-key-1","seq":1})", 250ms);
       EXPECT_FALSE(reply.ok()) << "answered: " << (reply.ok() ? reply->data : "");
     }
     // A raw write into the bucket's subject is dropped.
@@ -199,7 +204,7 @@ TEST_F(BusPermissionsTest, OthersCannotTouchKeysBucket) {
 // Tests that every service can reach its own buckets (permitted JetStream traffic works).
 TEST_F(BusPermissionsTest, ServicesOpenTheirOwnBuckets) {
   const std::vector<std::pair<std::string, std::string_view>> cases = {
-      {"wisp-policy", bus::buckets::kPods},        {"wisp-policy", bus::buckets::kSources},
+      {"wisp-policy", bus::buckets::kPods},         {"wisp-policy", bus::buckets::kSources},
       {"wisp-gateway", bus::buckets::kProjections}, {"wisp-gateway", bus::buckets::kVolumes},
       {"wisp-populator", bus::buckets::kVolumes},   {"wisp-populator", bus::buckets::kSources}};
   for (const auto& [user, bucket] : cases) {
@@ -221,7 +226,8 @@ TEST_F(BusPermissionsTest, ServicesOpenTheirOwnBuckets) {
     ASSERT_TRUE(watch.ok()) << watch.status();
     EXPECT_TRUE(Eventually([&] { return seen.load() >= 1; }));
   }
-  // And not each other's: the gateway has no business in wisp_pods, policy none in wisp_projections.
+  // And not each other's: the gateway has no business in wisp_pods, policy none in
+  // wisp_projections.
   auto gw = Connect("wisp-gateway");
   EXPECT_FALSE(gw->OpenBucket(bus::BucketConfig{.name = std::string(bus::buckets::kPods)}).ok());
   auto policy = Connect("wisp-policy");

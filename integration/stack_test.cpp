@@ -13,7 +13,8 @@ namespace {
 using namespace std::chrono_literals;
 
 std::string WispctlStatus(Stack& stack) {
-  std::string cmd = BinaryPath("wispctl") + " status --json --timeout 1s --expect "
+  std::string cmd = BinaryPath("wispctl") +
+                    " status --json --timeout 1s --expect "
                     "wisp-gateway,wisp-policy,wisp-token,wisp-populator";
   for (const auto& a : stack.WispctlArgs()) cmd += " '" + a + "'";
   auto r = RunCommand(cmd);
@@ -68,7 +69,8 @@ class StackTest : public ::testing::Test {
     if (parsed.is_discarded()) return out;
     std::set<std::string> names;
     for (const auto& i : parsed) {
-      if (i.value("version", "").empty() || i["endpoints"].empty()) return "incomplete: " + i.dump();
+      if (i.value("version", "").empty() || i["endpoints"].empty())
+        return "incomplete: " + i.dump();
       names.insert(i.value("name", ""));
     }
     return names.size() == 4 ? "" : "only " + std::to_string(names.size()) + ": " + out;
@@ -129,7 +131,8 @@ TEST_F(StackTest, EveryServiceExitsZeroOnSigterm) {
   for (const char* s : {"wisp-gateway", "wisp-populator", "wisp-policy", "wisp-token"}) {
     SCOPED_TRACE(s);
     const auto start = std::chrono::steady_clock::now();
-    EXPECT_EQ(stack_->process(s).Terminate(std::chrono::seconds(15)), 0) << stack_->process(s).Log();
+    EXPECT_EQ(stack_->process(s).Terminate(std::chrono::seconds(15)), 0)
+        << stack_->process(s).Log();
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(12));
   }
 }

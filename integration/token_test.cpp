@@ -163,16 +163,16 @@ class TokenInteropTest : public ::testing::Test {
                     jwt::Base64UrlEncode(std::string(reinterpret_cast<char*>(mac), len)));
     }
     auto stranger = *jwt::PrivateKey::Generate(d.alg == "ES256" ? jwt::Algorithm::kES256
-                                                                 : jwt::Algorithm::kRS256);
+                                                                : jwt::Algorithm::kRS256);
     out.push_back(*jwt::Sign(stranger, d.claims.dump()));
     return out;
   }
 
   static CommandResult PyJwt(const std::string& audience, const std::string& token,
                              const std::vector<std::string>& forged = {}) {
-    std::string cmd = "SSL_CERT_FILE=" + dir_->path() + "/ca.pem /usr/bin/python3 " +
-                      SourceDir() + "/integration/token/verify_pyjwt.py " + Sh(issuer_) + " " +
-                      Sh(audience) + " " + Sh(token);
+    std::string cmd = "SSL_CERT_FILE=" + dir_->path() + "/ca.pem /usr/bin/python3 " + SourceDir() +
+                      "/integration/token/verify_pyjwt.py " + Sh(issuer_) + " " + Sh(audience) +
+                      " " + Sh(token);
     for (const auto& f : forged) cmd += " " + Sh(f);
     return RunCommand(cmd + " 2>&1");
   }
@@ -248,11 +248,14 @@ TEST_F(TokenInteropTest, DiscoveryShapesOverHttps) {
 TEST_F(TokenInteropTest, StsExchangesOverHttps) {
   const auto subject = Issue("", {"wisp-sts"});
   const std::string url = "https://localhost:" + std::to_string(https_port_) + "/v1/token";
-  const std::string ok = Curl(
-      "-X POST " + url + " --data-urlencode grant_type=urn:ietf:params:oauth:grant-type:token-exchange"
-      " --data-urlencode subject_token=" + subject.token() +
-      " --data-urlencode subject_token_type=urn:ietf:params:oauth:token-type:jwt"
-      " --data-urlencode audience=storage.wisp.dev --data-urlencode scope=" + kScope);
+  const std::string ok =
+      Curl("-X POST " + url +
+           " --data-urlencode grant_type=urn:ietf:params:oauth:grant-type:token-exchange"
+           " --data-urlencode subject_token=" +
+           subject.token() +
+           " --data-urlencode subject_token_type=urn:ietf:params:oauth:token-type:jwt"
+           " --data-urlencode audience=storage.wisp.dev --data-urlencode scope=" +
+           kScope);
   auto j = nlohmann::json::parse(ok, nullptr, false);
   ASSERT_TRUE(j.is_object()) << ok;
   EXPECT_EQ(j["token_type"], "Bearer") << ok;
@@ -263,12 +266,13 @@ TEST_F(TokenInteropTest, StsExchangesOverHttps) {
   const std::string bad = Curl("-w ' %{http_code}' -X POST " + url + " -d grant_type=password");
   EXPECT_NE(bad.find("unsupported_grant_type"), std::string::npos) << bad;
   EXPECT_NE(bad.find(" 400"), std::string::npos) << bad;
-  const std::string target = Curl(
-      "-w ' %{http_code}' -X POST " + url +
-      " --data-urlencode grant_type=urn:ietf:params:oauth:grant-type:token-exchange"
-      " --data-urlencode subject_token=" + subject.token() +
-      " --data-urlencode subject_token_type=urn:ietf:params:oauth:token-type:jwt"
-      " --data-urlencode audience=elsewhere");
+  const std::string target =
+      Curl("-w ' %{http_code}' -X POST " + url +
+           " --data-urlencode grant_type=urn:ietf:params:oauth:grant-type:token-exchange"
+           " --data-urlencode subject_token=" +
+           subject.token() +
+           " --data-urlencode subject_token_type=urn:ietf:params:oauth:token-type:jwt"
+           " --data-urlencode audience=elsewhere");
   EXPECT_NE(target.find("invalid_target"), std::string::npos) << target;
 }
 

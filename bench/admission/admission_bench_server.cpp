@@ -11,7 +11,8 @@ int main(int argc, char** argv) {
   runtime::CommonSettings common{.metrics_address = "127.0.0.1:0"};
   std::string cert, key, failure_mode = "closed";
   int64_t port = 18443, threads = 8;
-  config::Flags flags("admission_bench_server", "HTTPS admission webhooks over NATS, for benchmarks");
+  config::Flags flags("admission_bench_server",
+                      "HTTPS admission webhooks over NATS, for benchmarks");
   runtime::AddCommonFlags(flags, common);
   flags.Int("port", &port, "HTTPS port on 127.0.0.1.");
   flags.Int("http-threads", &threads, "Threads serving HTTPS.");

@@ -42,7 +42,8 @@ Stats Summarize(std::vector<double> us) {
 }
 
 void RawEcho(natsConnection* nc, natsSubscription*, natsMsg* msg, void*) {
-  natsConnection_Publish(nc, natsMsg_GetReply(msg), natsMsg_GetData(msg), natsMsg_GetDataLength(msg));
+  natsConnection_Publish(nc, natsMsg_GetReply(msg), natsMsg_GetData(msg),
+                         natsMsg_GetDataLength(msg));
   natsMsg_Destroy(msg);
 }
 
@@ -80,7 +81,8 @@ int main(int argc, char** argv) {
   so.jetstream = false;
   auto server = wisp::integration::NatsServer::Start(so);
   if (!server.ok()) {
-    std::fprintf(stderr, "starting nats-server: %s\n", std::string(server.status().message()).c_str());
+    std::fprintf(stderr, "starting nats-server: %s\n",
+                 std::string(server.status().message()).c_str());
     return 1;
   }
   const std::string url = (*server)->url();
@@ -168,9 +170,11 @@ int main(int argc, char** argv) {
       const int n = std::min(kBlock, iterations - done);
       std::vector<double> raw_block, bus_block;
       const bool raw_first = (done / kBlock) % 2 == 0;  // alternate who goes first
-      if (raw_first) for (int i = 0; i < n; ++i) raw_block.push_back(raw_once());
+      if (raw_first)
+        for (int i = 0; i < n; ++i) raw_block.push_back(raw_once());
       for (int i = 0; i < n; ++i) bus_block.push_back(bus_once());
-      if (!raw_first) for (int i = 0; i < n; ++i) raw_block.push_back(raw_once());
+      if (!raw_first)
+        for (int i = 0; i < n; ++i) raw_block.push_back(raw_once());
       block_ratios.push_back(Summarize(bus_block).p50 / Summarize(raw_block).p50);
       raw_us.insert(raw_us.end(), raw_block.begin(), raw_block.end());
       bus_us.insert(bus_us.end(), bus_block.begin(), bus_block.end());
@@ -197,9 +201,10 @@ int main(int argc, char** argv) {
       for (int i = 0; i < kBlock; ++i) a.push_back(bus_client_raw_server());
       for (int i = 0; i < kBlock; ++i) b.push_back(raw_client_bus_server());
     }
-    std::printf("  split: raw/raw p50 %.1f us, bus client/raw server p50 %.1f us, "
-                "raw client/bus server p50 %.1f us\n",
-                Summarize(r).p50, Summarize(a).p50, Summarize(b).p50);
+    std::printf(
+        "  split: raw/raw p50 %.1f us, bus client/raw server p50 %.1f us, "
+        "raw client/bus server p50 %.1f us\n",
+        Summarize(r).p50, Summarize(a).p50, Summarize(b).p50);
   }
   std::fflush(stdout);
 

@@ -28,7 +28,9 @@ struct Summary {
 
 Summary Summarise(std::vector<double>& ms) {
   std::sort(ms.begin(), ms.end());
-  auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<size_t>(q * ms.size()))]; };
+  auto at = [&](double q) {
+    return ms[std::min(ms.size() - 1, static_cast<size_t>(q * ms.size()))];
+  };
   return {at(0.50), at(0.99), ms.back()};
 }
 
@@ -44,7 +46,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--warmup") == 0) warmup = std::atoi(argv[i + 1]);
   }
   if (iterations < 1 || concurrency < 1 || warmup < 0) {
-    std::fprintf(stderr, "usage: csi_publish_bench [--iterations N] [--concurrency C] [--warmup W]\n");
+    std::fprintf(stderr,
+                 "usage: csi_publish_bench [--iterations N] [--concurrency C] [--warmup W]\n");
     return 2;
   }
   auto stack = wisp::integration::Stack::Start({});

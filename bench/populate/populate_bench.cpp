@@ -32,7 +32,8 @@ double Seconds(const std::function<bool()>& fn, int runs) {
       std::fprintf(stderr, "run failed\n");
       std::exit(1);
     }
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
@@ -53,11 +54,12 @@ int main() {
   const std::string m = std::to_string(mib);
   std::printf("building a %d MiB image in %s ...\n", mib, dir.c_str());
   // Random 4 MiB chunks in every 16 MiB stretch: a quarter data, three quarters holes.
-  std::string build = "cd " + dir + " && truncate -s " + m + "M disk.raw && for i in $(seq 0 16 " +
-                      std::to_string(mib - 1) + "); do dd if=/dev/urandom of=disk.raw bs=1M count=4 " +
-                      "seek=$i conv=notrunc status=none; done" +
-                      " && gzip -1 -c disk.raw > disk.raw.gz && xz -0 -T2 -c disk.raw > disk.raw.xz" +
-                      " && qemu-img convert -f raw -O qcow2 disk.raw disk.qcow2 && sync";
+  std::string build =
+      "cd " + dir + " && truncate -s " + m + "M disk.raw && for i in $(seq 0 16 " +
+      std::to_string(mib - 1) + "); do dd if=/dev/urandom of=disk.raw bs=1M count=4 " +
+      "seek=$i conv=notrunc status=none; done" +
+      " && gzip -1 -c disk.raw > disk.raw.gz && xz -0 -T2 -c disk.raw > disk.raw.xz" +
+      " && qemu-img convert -f raw -O qcow2 disk.raw disk.qcow2 && sync";
   if (Sh(build) != 0) return 1;
 
   wisp::populator::testing::TestHttpServer server;
@@ -97,23 +99,23 @@ int main() {
   rows.push_back({"raw   vs curl -o", Seconds(import("/disk.raw"), runs),
                   Seconds(shell("curl -s -o " + dir + "/out.raw " + server.Url("/disk.raw")), runs),
                   false, 0.85});
-  rows.push_back({"gz    vs curl | gzip -dc", Seconds(import("/disk.raw.gz"), runs),
-                  Seconds(shell("curl -s " + server.Url("/disk.raw.gz") + " | gzip -dc > " + dir +
-                                "/out.raw"),
-                          runs),
-                  false, 0.90});
-  rows.push_back({"xz    vs curl | xz -dc", Seconds(import("/disk.raw.xz"), runs),
-                  Seconds(shell("curl -s " + server.Url("/disk.raw.xz") + " | xz -dc > " + dir +
-                                "/out.raw"),
-                          runs),
-                  false, 0.90});
+  rows.push_back(
+      {"gz    vs curl | gzip -dc", Seconds(import("/disk.raw.gz"), runs),
+       Seconds(shell("curl -s " + server.Url("/disk.raw.gz") + " | gzip -dc > " + dir + "/out.raw"),
+               runs),
+       false, 0.90});
+  rows.push_back(
+      {"xz    vs curl | xz -dc", Seconds(import("/disk.raw.xz"), runs),
+       Seconds(shell("curl -s " + server.Url("/disk.raw.xz") + " | xz -dc > " + dir + "/out.raw"),
+               runs),
+       false, 0.90});
   rows.push_back({"qcow2 vs qemu-img convert (local)", Seconds(import("/disk.qcow2"), runs),
-                  Seconds(shell("qemu-img convert -t writeback -f qcow2 -O raw " + dir + "/disk.qcow2 " +
-                                dir + "/out.raw"),
+                  Seconds(shell("qemu-img convert -t writeback -f qcow2 -O raw " + dir +
+                                "/disk.qcow2 " + dir + "/out.raw"),
                           runs),
                   true, 1.10});
   server.Stop();
-  std::printf("\n%-36s %10s %10s %10s %8s %s\n", "case (image " , "wisp s", "base s", "ratio",
+  std::printf("\n%-36s %10s %10s %10s %8s %s\n", "case (image ", "wisp s", "base s", "ratio",
               "goal", "");
   bool all = true;
   for (const auto& r : rows) {
@@ -125,7 +127,8 @@ int main() {
                 r.time_ratio ? "<=" : ">=", r.time_ratio ? r.goal : r.goal * 100,
                 ok ? "ok" : "MISSED");
   }
-  std::printf("(%.2f GiB image; throughput ratio = baseline time / wisp time; best of %d)\n", gib, runs);
+  std::printf("(%.2f GiB image; throughput ratio = baseline time / wisp time; best of %d)\n", gib,
+              runs);
   std::filesystem::remove_all(dir);
   return all ? 0 : 3;
 }

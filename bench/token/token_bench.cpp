@@ -56,7 +56,8 @@ std::string Run(const std::string& cmd, int* code = nullptr) {
 double SpeedSignRate(const std::string& out, const std::string& line_marker) {
   std::istringstream in(out);
   for (std::string line; std::getline(in, line);) {
-    if (line.find(line_marker) == std::string::npos || line.find('s') == std::string::npos) continue;
+    if (line.find(line_marker) == std::string::npos || line.find('s') == std::string::npos)
+      continue;
     std::vector<double> nums;
     std::istringstream ls(line);
     for (std::string w; ls >> w;) {
@@ -227,11 +228,11 @@ int main(int argc, char** argv) {
               clients, serve_threads, std::thread::hardware_concurrency());
   std::printf("%-6s %12s %12s %12s %8s %12s %10s %8s\n", "alg", "openssl/s", "wisp/s", "ratio",
               "wisp-cpu", "wisp/cpu-s", "cpu-ratio", "errors");
-  std::printf("%-6s %12s %12s %12s %8s %12s %10s\n", "", "(-elapsed)", "(wall)", "(wall)",
-              "(s)", "", "(vs cpu)");
+  std::printf("%-6s %12s %12s %12s %8s %12s %10s\n", "", "(-elapsed)", "(wall)", "(wall)", "(s)",
+              "", "(vs cpu)");
   bool met = true;
-  for (const auto& [alg, ref, ref_wall] : {std::tuple{"RS256", rsa_speed, rsa_elapsed},
-                                           std::tuple{"ES256", ec_speed, ec_elapsed}}) {
+  for (const auto& [alg, ref, ref_wall] :
+       {std::tuple{"RS256", rsa_speed, rsa_elapsed}, std::tuple{"ES256", ec_speed, ec_elapsed}}) {
     const double cpu0 = CpuSeconds((*token)->pid());
     const Load l = IssueLoad(**bus, alg, clients, seconds(secs));
     const double cpu = CpuSeconds((*token)->pid()) - cpu0;
@@ -268,9 +269,8 @@ int main(int argc, char** argv) {
   const std::string socket = d + "/token.sock";
   auto sidecar = Process::Start(
       {.path = BinaryPath("wisp-sidecar"),
-       .args = {"--socket", socket, "--token-file", d + "/token", "--sts-url",
-                issuer + "/v1/token", "--ca-file", d + "/ca.pem", "--audience", "storage",
-                "--log-level", "warn"}});
+       .args = {"--socket", socket, "--token-file", d + "/token", "--sts-url", issuer + "/v1/token",
+                "--ca-file", d + "/ca.pem", "--audience", "storage", "--log-level", "warn"}});
   if (!sidecar.ok()) return std::cerr << sidecar.status() << "\n", 1;
   for (int i = 0; i < 100 && !std::ifstream(socket); ++i) std::this_thread::sleep_for(50ms);
   const Load s = SidecarLoad(socket, 8, seconds(secs));

@@ -13,11 +13,12 @@ int main(int argc, char** argv) {
                "YAML rules file (rules on/off, audiences per namespace, maximum token lifetime, "
                "sidecar image and resources, native-sidecar mode). Empty: built-in defaults.");
   flags.ParseOrExit(argc, argv);
-  auto policy = policy_file.empty() ? policy::ParsePolicyYaml("")
-                                    : policy::LoadPolicyFile(policy_file);
+  auto policy =
+      policy_file.empty() ? policy::ParsePolicyYaml("") : policy::LoadPolicyFile(policy_file);
   if (!policy.ok()) {
-    return runtime::Fail("wisp-policy", absl::InvalidArgumentError(
-                                            "policy-file: " + std::string(policy.status().message())));
+    return runtime::Fail(
+        "wisp-policy",
+        absl::InvalidArgumentError("policy-file: " + std::string(policy.status().message())));
   }
 
   auto process = runtime::Process::Start("wisp-policy", common);

@@ -21,13 +21,17 @@ int main(int argc, char** argv) {
   std::string socket = "/run/wisp/token.sock", token_file = "/var/run/secrets/wisp/token";
   std::string sts_url, ca_file, audience, scope, log_level = "info", log_format = "text";
   config::Flags flags("wisp-sidecar", "per-pod token-url server on a unix socket");
-  flags.Description("Answers every HTTP request on the socket with {\"access_token\", "
-                    "\"token_type\", \"expiry\"}: the projected token exchanged at wisp's STS, "
-                    "cached until 80% of its lifetime.");
-  flags.String("socket", &socket, "Unix socket to listen on (a stale socket is removed; mode 0660).");
+  flags.Description(
+      "Answers every HTTP request on the socket with {\"access_token\", "
+      "\"token_type\", \"expiry\"}: the projected token exchanged at wisp's STS, "
+      "cached until 80% of its lifetime.");
+  flags.String("socket", &socket,
+               "Unix socket to listen on (a stale socket is removed; mode 0660).");
   flags.String("token-file", &token_file, "The projected service-account token file.");
   flags.String("sts-url", &sts_url, "wisp's STS endpoint, https://<gateway>/v1/token.");
-  flags.String("ca-file", &ca_file, "PEM CA bundle that verifies the gateway's certificate; empty = the system trust store.");
+  flags.String(
+      "ca-file", &ca_file,
+      "PEM CA bundle that verifies the gateway's certificate; empty = the system trust store.");
   flags.String("audience", &audience, "The audience to ask the STS for.");
   flags.String("scope", &scope, "Space-separated scopes to ask the STS for.");
   flags.String("log-level", &log_level, "trace|debug|info|warn|error.");
@@ -46,7 +50,9 @@ int main(int argc, char** argv) {
   if (!sts.ok()) return fail(sts.status());
   sidecar::TokenFile file(token_file);
   sidecar::TokenServer tokens(file, **sts, SystemClock::Instance());
-  auto server = http::Server::Create({.unix_socket = socket, .socket_mode = 0660, .threads = 4,
+  auto server = http::Server::Create({.unix_socket = socket,
+                                      .socket_mode = 0660,
+                                      .threads = 4,
                                       .read_timeout = std::chrono::seconds(10),
                                       .name = "token-url"});
   if (!server.ok()) return fail(server.status());

@@ -12,27 +12,33 @@ int main(int argc, char** argv) {
   std::string kek_file, algorithm = "RS256", issuer_url = "https://localhost:8443", jwks_uri,
                         policy_file;
   std::chrono::milliseconds rotation = std::chrono::hours(24), leeway = std::chrono::seconds(60);
-  config::Flags flags("wisp-token", "token issuance: signing keys, JWKS, bound tokens, STS exchange");
+  config::Flags flags("wisp-token",
+                      "token issuance: signing keys, JWKS, bound tokens, STS exchange");
   runtime::AddCommonFlags(flags, common);
   flags.String("key-encryption-key-file", &kek_file,
                "File holding the 32-byte key-encryption key (raw, hex or base64) that seals the "
                "signing keys in the wisp_keys bucket. Required.");
   flags.Enum("algorithm", &algorithm, {"RS256", "ES256"}, "Default signing algorithm.");
-  flags.Duration("key-rotation-period", &rotation, "How often a new signing key is made.",
-                 [](auto d) { return d >= std::chrono::seconds(10) ? absl::OkStatus()
-                              : absl::InvalidArgumentError("must be at least 10s"); });
+  flags.Duration(
+      "key-rotation-period", &rotation, "How often a new signing key is made.", [](auto d) {
+        return d >= std::chrono::seconds(10) ? absl::OkStatus()
+                                             : absl::InvalidArgumentError("must be at least 10s");
+      });
   flags.String("issuer-url", &issuer_url, "The iss of every token; discovery is served under it.");
-  flags.String("jwks-uri", &jwks_uri, "jwks_uri in discovery (default <issuer-url>/openid/v1/jwks).");
+  flags.String("jwks-uri", &jwks_uri,
+               "jwks_uri in discovery (default <issuer-url>/openid/v1/jwks).");
   flags.String("policy-file", &policy_file,
                "YAML token policy (audiences, lifetimes, exchange). Without it any namespace may "
                "request any audience and no exchange is allowed.");
   flags.Duration("review-leeway", &leeway, "Clock skew allowed when checking exp and nbf.");
   flags.ParseOrExit(argc, argv);
   if (kek_file.empty()) {
-    return runtime::Fail("wisp-token", absl::InvalidArgumentError("key-encryption-key-file: required"));
+    return runtime::Fail("wisp-token",
+                         absl::InvalidArgumentError("key-encryption-key-file: required"));
   }
   auto kek = jwt::Kek::FromFile(kek_file);
-  if (!kek.ok()) return runtime::Fail("wisp-token", absl::InvalidArgumentError(kek.status().message()));
+  if (!kek.ok())
+    return runtime::Fail("wisp-token", absl::InvalidArgumentError(kek.status().message()));
   absl::StatusOr<token::Policy> policy = token::Policy::Default();
   if (!policy_file.empty()) policy = token::Policy::FromFile(policy_file);
   if (!policy.ok()) return runtime::Fail("wisp-token", policy.status());
@@ -48,21 +54,25 @@ int main(int argc, char** argv) {
   if (!kv.ok()) return runtime::Fail("wisp-token", kv.status());
   token::TokenMetrics metrics((*process)->registry());
   Clock& clock = SystemClock::Instance();
-  token::KeyManager keys(**kv, *kek, clock,
-                         {.rotation_period = std::chrono::duration_cast<std::chrono::seconds>(rotation),
-                          .longest_token = std::chrono::seconds(policy->LongestTokenSeconds()),
-                          .default_algorithm = alg},
-                         &metrics);
+  token::KeyManager keys(
+      **kv, *kek, clock,
+      {.rotation_period = std::chrono::duration_cast<std::chrono::seconds>(rotation),
+       .longest_token = std::chrono::seconds(policy->LongestTokenSeconds()),
+       .default_algorithm = alg},
+      &metrics);
   if (auto st = keys.Start(); !st.ok()) return runtime::Fail("wisp-token", st);
-  token::Issuer issuer(keys, *policy, clock, metrics, {.issuer = issuer_url, .default_algorithm = alg});
-  token::Reviewer reviewer(keys, clock, metrics,
-                           {.issuer = issuer_url,
-                            .leeway = std::chrono::duration_cast<std::chrono::seconds>(leeway)});
+  token::Issuer issuer(keys, *policy, clock, metrics,
+                       {.issuer = issuer_url, .default_algorithm = alg});
+  token::Reviewer reviewer(
+      keys, clock, metrics,
+      {.issuer = issuer_url, .leeway = std::chrono::duration_cast<std::chrono::seconds>(leeway)});
   token::Exchanger exchanger(reviewer, issuer, *policy, clock, metrics);
-  auto micro = (*process)->RegisterService("signing keys, JWKS, bound tokens, STS exchange, review");
+  auto micro =
+      (*process)->RegisterService("signing keys, JWKS, bound tokens, STS exchange, review");
   if (!micro.ok()) return runtime::Fail("wisp-token", micro.status());
   token::TokenService service(**micro, (*process)->bus(), keys, issuer, reviewer, exchanger,
-                              {.issuer = issuer_url, .jwks_uri = jwks_uri,
+                              {.issuer = issuer_url,
+                               .jwks_uri = jwks_uri,
                                .tick_interval = std::min<std::chrono::milliseconds>(
                                    std::chrono::seconds(10), rotation / 4)});
   if (auto st = service.Start(); !st.ok()) return runtime::Fail("wisp-token", st);

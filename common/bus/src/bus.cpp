@@ -83,8 +83,8 @@ Reply ServeRequest(const RequestHandler& handler, Message msg,
   req.msg = std::move(msg);
   Reply reply;
   if (req.Expired()) {
-    reply = Reply::Error(absl::DeadlineExceededError(
-        "deadline of request on " + req.msg.subject + " passed before it was served"));
+    reply = Reply::Error(absl::DeadlineExceededError("deadline of request on " + req.msg.subject +
+                                                     " passed before it was served"));
   } else {
     reply = handler(req);
   }

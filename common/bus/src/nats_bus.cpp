@@ -111,7 +111,8 @@ Message ToMessage(natsMsg* m) {
   Message out;
   out.subject = natsMsg_GetSubject(m);
   if (const char* r = natsMsg_GetReply(m); r != nullptr) out.reply = r;
-  if (const char* d = natsMsg_GetData(m); d != nullptr) out.data.assign(d, natsMsg_GetDataLength(m));
+  if (const char* d = natsMsg_GetData(m); d != nullptr)
+    out.data.assign(d, natsMsg_GetDataLength(m));
   const char** keys = nullptr;
   int count = 0;
   if (natsMsgHeader_Keys(m, &keys, &count) == NATS_OK) {
@@ -130,7 +131,8 @@ absl::StatusOr<MsgPtr> BuildMsg(std::string_view subject, const char* reply, std
                                 const Headers& headers) {
   natsMsg* raw = nullptr;
   const std::string subj(subject);
-  natsStatus s = natsMsg_Create(&raw, subj.c_str(), reply, data.data(), static_cast<int>(data.size()));
+  natsStatus s =
+      natsMsg_Create(&raw, subj.c_str(), reply, data.data(), static_cast<int>(data.size()));
   if (s != NATS_OK) return FromNats(s, "creating message on " + subj);
   MsgPtr msg(raw);
   for (const auto& [k, v] : headers) {
@@ -290,10 +292,11 @@ class Ticker {
 // listener runs the handler itself, so a request costs no thread hop beyond raw nats.c. With
 // serve_threads > 1 it first wakes a spare thread to listen, so requests run in parallel; with one
 // slot that wake is deferred: should the handler run longer than 5 ms, the ticker wakes a spare
-// thread to take over listening and stamping. When every slot is busy the listener queues the stamped message; a request whose
-// deadline passes in that queue is answered DeadlineExceeded without calling the handler. (A
-// request that arrived in the first ~5-10 ms of a long inline handler is stamped when the spare
-// thread takes it, so its wait is undercounted by at most that much: never a false expiry.)
+// thread to take over listening and stamping. When every slot is busy the listener queues the
+// stamped message; a request whose deadline passes in that queue is answered DeadlineExceeded
+// without calling the handler. (A request that arrived in the first ~5-10 ms of a long inline
+// handler is stamped when the spare thread takes it, so its wait is undercounted by at most that
+// much: never a false expiry.)
 struct ServeCore {
   natsConnection* nc = nullptr;
   natsSubscription* sub = nullptr;
@@ -306,9 +309,9 @@ struct ServeCore {
   std::deque<std::pair<MsgPtr, Clock::time_point>> queue;
   int running = 0;
   bool listening = false;
-  int idle = 0;            // threads waiting on cv
-  bool stopping = false;   // Close(): finish the running handlers, drop the rest
-  bool sub_done = false;   // NextMsg reported the subscription gone (drained or closed)
+  int idle = 0;           // threads waiting on cv
+  bool stopping = false;  // Close(): finish the running handlers, drop the rest
+  bool sub_done = false;  // NextMsg reported the subscription gone (drained or closed)
   std::atomic<bool> finished{false};
   std::vector<std::thread> threads;
   std::shared_ptr<Ticker> ticker;
@@ -531,8 +534,7 @@ struct NatsBus::Impl {
       closing = true;
       natsConnection_Close(nc);
       std::unique_lock lock(mu);
-      const bool done =
-          cv.wait_for(lock, std::chrono::seconds(5), [&] { return closed; });
+      const bool done = cv.wait_for(lock, std::chrono::seconds(5), [&] { return closed; });
       lock.unlock();
       natsConnection_Destroy(nc);
       if (done) delete callbacks;  // else leak it: nats.c might still call back
@@ -623,10 +625,9 @@ struct NatsBus::Impl {
       core->ticker = ticker;
     }
     const std::string q(queue);
-    natsStatus s = q.empty()
-                       ? natsConnection_SubscribeSync(&core->sub, nc, core->subject.c_str())
-                       : natsConnection_QueueSubscribeSync(&core->sub, nc, core->subject.c_str(),
-                                                           q.c_str());
+    natsStatus s = q.empty() ? natsConnection_SubscribeSync(&core->sub, nc, core->subject.c_str())
+                             : natsConnection_QueueSubscribeSync(&core->sub, nc,
+                                                                 core->subject.c_str(), q.c_str());
     if (s != NATS_OK) return FromNats(s, "subscribing to " + core->subject);
     // Let a burst queue in nats.c rather than being dropped as a slow consumer.
     natsSubscription_SetPendingLimits(core->sub, 65536, 256 * 1024 * 1024);
@@ -730,7 +731,8 @@ class NatsPullConsumer final : public PullConsumer {
     if (batch <= 0) return absl::InvalidArgumentError("Fetch: batch must be positive");
     natsMsgList list{nullptr, 0};
     jsErrCode jerr = static_cast<jsErrCode>(0);
-    natsStatus s = natsSubscription_Fetch(&list, sub_, batch, std::max<int64_t>(Ms(timeout), 1), &jerr);
+    natsStatus s =
+        natsSubscription_Fetch(&list, sub_, batch, std::max<int64_t>(Ms(timeout), 1), &jerr);
     std::vector<JsMessagePtr> out;
     for (int i = 0; i < list.Count; ++i) {
       if (list.Msgs[i] == nullptr) continue;
@@ -818,7 +820,8 @@ class NatsJetStream final : public JetStream {
     jsConsumerInfo* ci = nullptr;
     jsErrCode jerr = static_cast<jsErrCode>(0);
     // Create it, or bring an existing durable to this configuration.
-    natsStatus s = js_GetConsumerInfo(&ci, impl_->js, stream_name.c_str(), cc.Durable, nullptr, &jerr);
+    natsStatus s =
+        js_GetConsumerInfo(&ci, impl_->js, stream_name.c_str(), cc.Durable, nullptr, &jerr);
     if (ci != nullptr) jsConsumerInfo_Destroy(ci), ci = nullptr;
     if (s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr) {
       jerr = static_cast<jsErrCode>(0);
@@ -840,7 +843,8 @@ class NatsJetStream final : public JetStream {
     const char* subject = config.filter_subject.empty() ? nullptr : config.filter_subject.c_str();
     s = js_PullSubscribe(&sub, impl_->js, subject, config.durable.c_str(), nullptr, &so, &jerr);
     WISP_RETURN_IF_ERROR(FromJs(s, jerr, "binding consumer " + config.durable));
-    return PullConsumerPtr(std::make_unique<NatsPullConsumer>(sub, impl_->js, stream_name + "/" + config.durable));
+    return PullConsumerPtr(
+        std::make_unique<NatsPullConsumer>(sub, impl_->js, stream_name + "/" + config.durable));
   }
 
  private:
@@ -876,7 +880,8 @@ class NatsKvWatch final : public KvWatch {
       if (s != NATS_OK) {
         if (stop_) return;
         // Stopped underneath us or the connection closed: nothing more will come.
-        if (s == NATS_ILLEGAL_STATE || s == NATS_CONNECTION_CLOSED || s == NATS_INVALID_SUBSCRIPTION) {
+        if (s == NATS_ILLEGAL_STATE || s == NATS_CONNECTION_CLOSED ||
+            s == NATS_INVALID_SUBSCRIPTION) {
           return;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -894,7 +899,8 @@ class NatsKvWatch final : public KvWatch {
       KvEntry entry;
       entry.key = kvEntry_Key(e.get());
       if (!deleted && kvEntry_Value(e.get()) != nullptr) {
-        entry.value.assign(static_cast<const char*>(kvEntry_Value(e.get())), kvEntry_ValueLen(e.get()));
+        entry.value.assign(static_cast<const char*>(kvEntry_Value(e.get())),
+                           kvEntry_ValueLen(e.get()));
       }
       entry.revision = kvEntry_Revision(e.get());
       entry.deleted = deleted;
@@ -919,7 +925,8 @@ class NatsKeyValue final : public KeyValue {
     const std::string k(key);
     kvEntry* raw = nullptr;
     natsStatus s = kvStore_Get(&raw, kv_, k.c_str());
-    if (s == NATS_NOT_FOUND) return absl::NotFoundError("key " + k + " not found in bucket " + bucket_);
+    if (s == NATS_NOT_FOUND)
+      return absl::NotFoundError("key " + k + " not found in bucket " + bucket_);
     WISP_RETURN_IF_ERROR(Err(s, "get", k));
     KvEntryPtr e(raw);
     KvEntry out;
@@ -934,15 +941,16 @@ class NatsKeyValue final : public KeyValue {
   absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value) override {
     const std::string k(key);
     uint64_t rev = 0;
-    WISP_RETURN_IF_ERROR(
-        Err(kvStore_Put(&rev, kv_, k.c_str(), value.data(), static_cast<int>(value.size())), "put", k));
+    WISP_RETURN_IF_ERROR(Err(
+        kvStore_Put(&rev, kv_, k.c_str(), value.data(), static_cast<int>(value.size())), "put", k));
     return rev;
   }
 
   absl::StatusOr<uint64_t> Create(std::string_view key, std::string_view value) override {
     const std::string k(key);
     uint64_t rev = 0;
-    natsStatus s = kvStore_Create(&rev, kv_, k.c_str(), value.data(), static_cast<int>(value.size()));
+    natsStatus s =
+        kvStore_Create(&rev, kv_, k.c_str(), value.data(), static_cast<int>(value.size()));
     if (s != NATS_OK && LastErrorContains("wrong last sequence")) {
       return absl::AlreadyExistsError("key " + k + " exists in bucket " + bucket_);
     }
@@ -954,11 +962,11 @@ class NatsKeyValue final : public KeyValue {
                                   uint64_t revision) override {
     const std::string k(key);
     uint64_t rev = 0;
-    natsStatus s = kvStore_Update(&rev, kv_, k.c_str(), value.data(), static_cast<int>(value.size()),
-                                  revision);
+    natsStatus s = kvStore_Update(&rev, kv_, k.c_str(), value.data(),
+                                  static_cast<int>(value.size()), revision);
     if (s != NATS_OK && LastErrorContains("wrong last sequence")) {
-      return absl::AbortedError("key " + k + " in bucket " + bucket_ + " is no longer at revision " +
-                                std::to_string(revision));
+      return absl::AbortedError("key " + k + " in bucket " + bucket_ +
+                                " is no longer at revision " + std::to_string(revision));
     }
     WISP_RETURN_IF_ERROR(Err(s, "update", k));
     return rev;
@@ -999,13 +1007,16 @@ class NatsKeyValue final : public KeyValue {
 };
 
 absl::Status ValidateOptions(const NatsBusOptions& o) {
-  if (o.servers.empty()) return absl::InvalidArgumentError("nats servers: at least one URL required");
+  if (o.servers.empty())
+    return absl::InvalidArgumentError("nats servers: at least one URL required");
   for (const auto& s : o.servers) {
     if (s.empty()) return absl::InvalidArgumentError("nats servers: empty URL");
   }
-  const int auth = (!o.user.empty() ? 1 : 0) + (!o.creds_file.empty() ? 1 : 0) + (!o.token.empty() ? 1 : 0);
+  const int auth =
+      (!o.user.empty() ? 1 : 0) + (!o.creds_file.empty() ? 1 : 0) + (!o.token.empty() ? 1 : 0);
   if (auth > 1) {
-    return absl::InvalidArgumentError("nats auth: set only one of user/password, creds file, token");
+    return absl::InvalidArgumentError(
+        "nats auth: set only one of user/password, creds file, token");
   }
   if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
     return absl::InvalidArgumentError("nats tls: tls_cert_file and tls_key_file go together");
@@ -1037,20 +1048,26 @@ absl::StatusOr<std::unique_ptr<NatsBus>> NatsBus::Connect(const NatsBusOptions& 
     if (st == NATS_OK) return absl::OkStatus();
     return absl::InvalidArgumentError("nats " + std::string(field) + ": " + natsStatus_GetText(st));
   };
-  WISP_RETURN_IF_ERROR(check(natsOptions_SetServers(o, urls.data(), static_cast<int>(urls.size())), "servers"));
-  if (!options.name.empty()) WISP_RETURN_IF_ERROR(check(natsOptions_SetName(o, options.name.c_str()), "name"));
+  WISP_RETURN_IF_ERROR(
+      check(natsOptions_SetServers(o, urls.data(), static_cast<int>(urls.size())), "servers"));
+  if (!options.name.empty())
+    WISP_RETURN_IF_ERROR(check(natsOptions_SetName(o, options.name.c_str()), "name"));
   if (!options.user.empty()) {
-    WISP_RETURN_IF_ERROR(check(natsOptions_SetUserInfo(o, options.user.c_str(), options.password.c_str()), "user"));
+    WISP_RETURN_IF_ERROR(
+        check(natsOptions_SetUserInfo(o, options.user.c_str(), options.password.c_str()), "user"));
   }
-  if (!options.token.empty()) WISP_RETURN_IF_ERROR(check(natsOptions_SetToken(o, options.token.c_str()), "token"));
+  if (!options.token.empty())
+    WISP_RETURN_IF_ERROR(check(natsOptions_SetToken(o, options.token.c_str()), "token"));
   if (!options.creds_file.empty()) {
-    WISP_RETURN_IF_ERROR(check(natsOptions_SetUserCredentialsFromFiles(o, options.creds_file.c_str(), nullptr),
-                               "creds file " + options.creds_file));
+    WISP_RETURN_IF_ERROR(
+        check(natsOptions_SetUserCredentialsFromFiles(o, options.creds_file.c_str(), nullptr),
+              "creds file " + options.creds_file));
   }
   if (!options.tls_ca_file.empty()) {
     WISP_RETURN_IF_ERROR(check(natsOptions_SetSecure(o, true), "tls"));
-    WISP_RETURN_IF_ERROR(check(natsOptions_LoadCATrustedCertificates(o, options.tls_ca_file.c_str()),
-                               "tls_ca_file " + options.tls_ca_file));
+    WISP_RETURN_IF_ERROR(
+        check(natsOptions_LoadCATrustedCertificates(o, options.tls_ca_file.c_str()),
+              "tls_ca_file " + options.tls_ca_file));
   }
   if (!options.tls_cert_file.empty()) {
     WISP_RETURN_IF_ERROR(check(natsOptions_SetSecure(o, true), "tls"));
@@ -1100,9 +1117,9 @@ absl::Status NatsBus::Publish(std::string_view subject, std::string_view data,
                               const Headers& headers) {
   const std::string subj(subject);
   if (headers.empty()) {
-    return FromNats(natsConnection_Publish(impl_->nc, subj.c_str(), data.data(),
-                                           static_cast<int>(data.size())),
-                    "publish on " + subj);
+    return FromNats(
+        natsConnection_Publish(impl_->nc, subj.c_str(), data.data(), static_cast<int>(data.size())),
+        "publish on " + subj);
   }
   WISP_ASSIGN_OR_RETURN(MsgPtr msg, BuildMsg(subject, nullptr, data, headers));
   return FromNats(natsConnection_PublishMsg(impl_->nc, msg.get()), "publish on " + subj);
@@ -1150,8 +1167,7 @@ absl::StatusOr<Message> NatsBus::Request(std::string_view subject, std::string_v
 absl::StatusOr<std::vector<Message>> NatsBus::RequestMany(std::string_view subject,
                                                           std::string_view data,
                                                           std::chrono::milliseconds timeout,
-                                                          int max_replies,
-                                                          const Headers& headers) {
+                                                          int max_replies, const Headers& headers) {
   const auto deadline = Clock::now() + timeout;
   WISP_RETURN_IF_ERROR(impl_->CheckConnected(subject));
   natsInbox* inbox = nullptr;
@@ -1161,17 +1177,19 @@ absl::StatusOr<std::vector<Message>> NatsBus::RequestMany(std::string_view subje
   natsSubscription* sub = nullptr;
   s = natsConnection_SubscribeSync(&sub, impl_->nc, inbox);
   if (s != NATS_OK) return FromNats(s, "subscribing to reply inbox");
-  auto sub_guard = std::unique_ptr<natsSubscription, void (*)(natsSubscription*)>(
-      sub, [](natsSubscription* x) {
+  auto sub_guard =
+      std::unique_ptr<natsSubscription, void (*)(natsSubscription*)>(sub, [](natsSubscription* x) {
         natsSubscription_Unsubscribe(x);
         natsSubscription_Destroy(x);
       });
-  WISP_ASSIGN_OR_RETURN(MsgPtr msg, BuildMsg(subject, inbox, data, RequestHeaders(headers, timeout)));
+  WISP_ASSIGN_OR_RETURN(MsgPtr msg,
+                        BuildMsg(subject, inbox, data, RequestHeaders(headers, timeout)));
   s = natsConnection_PublishMsg(impl_->nc, msg.get());
   if (s != NATS_OK) return FromNats(s, "request on " + std::string(subject));
   std::vector<Message> out;
   while (max_replies <= 0 || static_cast<int>(out.size()) < max_replies) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
     natsMsg* raw = nullptr;
     s = natsSubscription_NextMsg(&raw, sub, left.count());
@@ -1254,7 +1272,8 @@ absl::Status NatsBus::Drain(std::chrono::milliseconds timeout) {
   // First stop taking requests and let the delivered ones finish while replies can still go out.
   for (auto& core : serves) core->StartDrain();
   if (!serves.empty()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     natsConnection_FlushTimeout(impl_->nc, std::max<int64_t>(left.count(), 1));
   }
   bool idle = true;

@@ -184,7 +184,8 @@ absl::Status Service::AddEndpoint(std::string_view name, std::string_view subjec
     return absl::InvalidArgumentError("endpoint name \"" + std::string(name) +
                                       "\": use letters, digits, '-' and '_'");
   }
-  if (subject.empty()) return absl::InvalidArgumentError("endpoint " + std::string(name) + ": empty subject");
+  if (subject.empty())
+    return absl::InvalidArgumentError("endpoint " + std::string(name) + ": empty subject");
   if (!handler) return absl::InvalidArgumentError("endpoint " + std::string(name) + ": no handler");
   auto ep = std::make_unique<Impl::Endpoint>();
   ep->stats.name = std::string(name);
@@ -293,7 +294,8 @@ std::vector<EndpointStats> Endpoints(const json& j) {
 }
 
 // Parses replies of one discovery verb, keeping those of the expected type.
-std::vector<json> Parse(const absl::StatusOr<std::vector<Message>>& replies, std::string_view type) {
+std::vector<json> Parse(const absl::StatusOr<std::vector<Message>>& replies,
+                        std::string_view type) {
   std::vector<json> out;
   if (!replies.ok()) return out;
   for (const auto& m : *replies) {

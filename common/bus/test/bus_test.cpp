@@ -51,10 +51,17 @@ TEST(SubjectMatchesTest, Wildcards) {
     const char* subject;
     bool match;
   } cases[] = {
-      {"a.b", "a.b", true},       {"a.b", "a.c", false},     {"a.*", "a.b", true},
-      {"a.*", "a.b.c", false},    {"a.>", "a.b.c", true},    {"a.>", "a", false},
-      {">", "a", true},           {"*.b", "a.b", true},      {"a.b.c", "a.b", false},
-      {"a.b", "a.b.c", false},    {"$SRV.PING", "$SRV.PING", true},
+      {"a.b", "a.b", true},
+      {"a.b", "a.c", false},
+      {"a.*", "a.b", true},
+      {"a.*", "a.b.c", false},
+      {"a.>", "a.b.c", true},
+      {"a.>", "a", false},
+      {">", "a", true},
+      {"*.b", "a.b", true},
+      {"a.b.c", "a.b", false},
+      {"a.b", "a.b.c", false},
+      {"$SRV.PING", "$SRV.PING", true},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c.pattern) + " ~ " + c.subject);
@@ -85,10 +92,12 @@ TEST(ServeRequestTest, PassesDeadlineAndRequestId) {
 TEST(ServeRequestTest, ExpiredRequestSkipsHandler) {
   Message msg{"s", "r", "", {{"Wisp-Timeout-Ms", "10"}}};
   bool called = false;
-  Reply reply = ServeRequest([&](const Request&) {
-    called = true;
-    return Reply::Ok("");
-  }, msg, std::chrono::steady_clock::now() - 1s);
+  Reply reply = ServeRequest(
+      [&](const Request&) {
+        called = true;
+        return Reply::Ok("");
+      },
+      msg, std::chrono::steady_clock::now() - 1s);
   EXPECT_FALSE(called);
   EXPECT_EQ(reply.status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(StatusFromHeaders(reply.headers).code(), absl::StatusCode::kDeadlineExceeded);
@@ -109,11 +118,13 @@ TEST(ServeRequestTest, MalformedTimeoutIsInvalidArgument) {
 // Tests that a request without a timeout header never expires and handler errors get headers.
 TEST(ServeRequestTest, NoTimeoutHeaderAndErrorHeaders) {
   Message msg{"s", "r", "", {}};
-  Reply reply = ServeRequest([](const Request& req) {
-    EXPECT_EQ(req.deadline, std::chrono::steady_clock::time_point::max());
-    EXPECT_EQ(req.Remaining(), std::chrono::milliseconds::max());
-    return Reply::Error(absl::PermissionDeniedError("no"));
-  }, msg, std::chrono::steady_clock::now());
+  Reply reply = ServeRequest(
+      [](const Request& req) {
+        EXPECT_EQ(req.deadline, std::chrono::steady_clock::time_point::max());
+        EXPECT_EQ(req.Remaining(), std::chrono::milliseconds::max());
+        return Reply::Error(absl::PermissionDeniedError("no"));
+      },
+      msg, std::chrono::steady_clock::now());
   EXPECT_EQ(StatusFromHeaders(reply.headers), absl::PermissionDeniedError("no"));
 }
 

@@ -60,8 +60,14 @@ TEST_F(InMemoryBusTest, NoRespondersIsUnavailable) {
 TEST_F(InMemoryBusTest, QueueGroupRoundRobin) {
   int a = 0;
   int b = 0;
-  auto s1 = bus_.Serve("svc.q", "grp", [&](const Request&) { ++a; return Reply::Ok("a"); });
-  auto s2 = bus_.Serve("svc.q", "grp", [&](const Request&) { ++b; return Reply::Ok("b"); });
+  auto s1 = bus_.Serve("svc.q", "grp", [&](const Request&) {
+    ++a;
+    return Reply::Ok("a");
+  });
+  auto s2 = bus_.Serve("svc.q", "grp", [&](const Request&) {
+    ++b;
+    return Reply::Ok("b");
+  });
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(bus_.Request("svc.q", "", 1s).ok());
   EXPECT_EQ(a, 3);
   EXPECT_EQ(b, 3);
@@ -109,7 +115,10 @@ TEST_F(InMemoryBusTest, HandlersMayReenter) {
 // Tests FailSubject, DropReplies and ExpireRequests fault injection.
 TEST_F(InMemoryBusTest, FaultInjection) {
   int calls = 0;
-  auto sub = bus_.Serve("svc.f", "", [&](const Request&) { ++calls; return Reply::Ok(""); });
+  auto sub = bus_.Serve("svc.f", "", [&](const Request&) {
+    ++calls;
+    return Reply::Ok("");
+  });
 
   bus_.FailSubject("svc.*", absl::ResourceExhaustedError("full"));
   EXPECT_EQ(bus_.Request("svc.f", "", 1s).status(), absl::ResourceExhaustedError("full"));
@@ -150,9 +159,8 @@ TEST_F(InMemoryBusTest, DisconnectAndReconnect) {
 TEST_F(InMemoryBusTest, RequestManyCollectsAll) {
   auto s1 = bus_.Serve("$SRV.PING", "", [](const Request&) { return Reply::Ok("1"); });
   auto s2 = bus_.Serve("$SRV.PING", "", [](const Request&) { return Reply::Ok("2"); });
-  auto s3 = bus_.Serve("$SRV.PING", "", [](const Request&) {
-    return Reply::Error(absl::InternalError("bad"));
-  });
+  auto s3 = bus_.Serve("$SRV.PING", "",
+                       [](const Request&) { return Reply::Error(absl::InternalError("bad")); });
   auto all = bus_.RequestMany("$SRV.PING", "", 100ms);
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 3u);
@@ -171,10 +179,10 @@ TEST_F(InMemoryBusTest, RequestManyCollectsAll) {
 class InMemoryJetStreamTest : public InMemoryBusTest {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(bus_.Js()
-                    .EnsureStream(StreamConfig{.name = "JOBS", .subjects = {"jobs.>"},
-                                               .work_queue = true})
-                    .ok());
+    ASSERT_TRUE(
+        bus_.Js()
+            .EnsureStream(StreamConfig{.name = "JOBS", .subjects = {"jobs.>"}, .work_queue = true})
+            .ok());
     auto c = bus_.Js().PullSubscribe(
         "JOBS", ConsumerConfig{.durable = "runner", .ack_wait = 30s, .max_deliver = 3});
     ASSERT_TRUE(c.ok()) << c.status();
@@ -297,8 +305,8 @@ TEST_F(InMemoryJetStreamTest, BlockedFetchSeesClockAdvance) {
 
 // Tests that batches respect filter subjects and that two handles of a durable share its state.
 TEST_F(InMemoryJetStreamTest, FilterAndSharedDurable) {
-  auto n2 = bus_.Js().PullSubscribe("JOBS", ConsumerConfig{.durable = "n2",
-                                                           .filter_subject = "jobs.n2"});
+  auto n2 =
+      bus_.Js().PullSubscribe("JOBS", ConsumerConfig{.durable = "n2", .filter_subject = "jobs.n2"});
   ASSERT_TRUE(n2.ok());
   ASSERT_TRUE(bus_.Js().Publish("jobs.n1", "a").ok());
   ASSERT_TRUE(bus_.Js().Publish("jobs.n2", "b").ok());

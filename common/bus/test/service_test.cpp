@@ -54,7 +54,7 @@ class ServiceTest : public ::testing::Test {
 // Tests that PING answers on all three subject forms with the ADR-32 shape.
 TEST_F(ServiceTest, PingOnAllSubjects) {
   for (const std::string& subject : {std::string("$SRV.PING"), std::string("$SRV.PING.wisp-token"),
-                                    "$SRV.PING.wisp-token." + svc_->id()}) {
+                                     "$SRV.PING.wisp-token." + svc_->id()}) {
     SCOPED_TRACE(subject);
     auto reply = bus_.Request(subject, "", 1s);
     ASSERT_TRUE(reply.ok()) << reply.status();
@@ -65,7 +65,8 @@ TEST_F(ServiceTest, PingOnAllSubjects) {
     EXPECT_EQ(j["version"], "0.1.0");
     EXPECT_EQ(j["metadata"]["node"], "n1");
   }
-  EXPECT_EQ(bus_.Request("$SRV.PING.other", "", 1s).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(bus_.Request("$SRV.PING.other", "", 1s).status().code(),
+            absl::StatusCode::kUnavailable);
 }
 
 // Tests that INFO lists endpoints with subject and queue group.
@@ -131,9 +132,9 @@ TEST_F(ServiceTest, RejectsBadConfig) {
   EXPECT_THAT(std::string(bad_name.status().message()), ::testing::HasSubstr("service name"));
   auto bad_version = Service::Start(bus_, ServiceConfig{.name = "ok", .version = "v1"});
   EXPECT_THAT(std::string(bad_version.status().message()), ::testing::HasSubstr("version"));
-  EXPECT_EQ(svc_->AddEndpoint("bad.name", "x", "", [](const Request&) { return Reply::Ok(""); })
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      svc_->AddEndpoint("bad.name", "x", "", [](const Request&) { return Reply::Ok(""); }).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 // Tests that a drained service stops answering.

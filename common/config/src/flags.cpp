@@ -38,19 +38,28 @@ absl::StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   size_t i = 0;
   while (i < text.size()) {
     size_t start = i;
-    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-    if (start == i) return absl::InvalidArgumentError(Quote(text) + " is not a duration like 90s, 5m, 1h30m");
+    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+      ++i;
+    if (start == i)
+      return absl::InvalidArgumentError(Quote(text) + " is not a duration like 90s, 5m, 1h30m");
     double value = std::strtod(std::string(text.substr(start, i - start)).c_str(), nullptr);
     size_t ustart = i;
     while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
     const std::string_view unit = text.substr(ustart, i - ustart);
     double scale;
-    if (unit == "ms") scale = 1;
-    else if (unit == "s") scale = 1000;
-    else if (unit == "m") scale = 60'000;
-    else if (unit == "h") scale = 3'600'000;
-    else if (unit == "d") scale = 86'400'000;
-    else return absl::InvalidArgumentError(Quote(text) + " has unknown unit " + Quote(unit) + " (use ms, s, m, h, d)");
+    if (unit == "ms")
+      scale = 1;
+    else if (unit == "s")
+      scale = 1000;
+    else if (unit == "m")
+      scale = 60'000;
+    else if (unit == "h")
+      scale = 3'600'000;
+    else if (unit == "d")
+      scale = 86'400'000;
+    else
+      return absl::InvalidArgumentError(Quote(text) + " has unknown unit " + Quote(unit) +
+                                        " (use ms, s, m, h, d)");
     total_ms += value * scale;
   }
   if (total_ms > 1e15) return absl::InvalidArgumentError(Quote(text) + " is out of range");
@@ -63,8 +72,14 @@ std::string FormatDuration(std::chrono::milliseconds d) {
   if (ms % 1000 != 0) return std::to_string(ms) + "ms";
   int64_t s = ms / 1000;
   std::string out;
-  if (s >= 3600) { out += std::to_string(s / 3600) + "h"; s %= 3600; }
-  if (s >= 60) { out += std::to_string(s / 60) + "m"; s %= 60; }
+  if (s >= 3600) {
+    out += std::to_string(s / 3600) + "h";
+    s %= 3600;
+  }
+  if (s >= 60) {
+    out += std::to_string(s / 60) + "m";
+    s %= 60;
+  }
   if (s > 0) out += std::to_string(s) + "s";
   return out;
 }
@@ -74,10 +89,11 @@ struct Flags::Impl {
     std::string name;
     std::string env;
     std::string help;
-    std::string type;          // string|int|bool|duration|enum
+    std::string type;  // string|int|bool|duration|enum
     std::string default_text;
     std::vector<std::string> choices;
-    // Parses and stores a value; the message names neither the setting nor its source (the caller does).
+    // Parses and stores a value; the message names neither the setting nor its source (the caller
+    // does).
     std::function<absl::Status(const std::string&)> set;
   };
   std::string program;
@@ -90,7 +106,8 @@ struct Flags::Impl {
   bool version = false;
 
   Setting* Find(std::string_view name) {
-    for (auto& s : settings) if (s.name == name) return &s;
+    for (auto& s : settings)
+      if (s.name == name) return &s;
     return nullptr;
   }
   void Add(Setting s) { settings.push_back(std::move(s)); }
@@ -105,9 +122,15 @@ Flags::~Flags() = default;
 void Flags::Description(std::string text) { impl_->description = std::move(text); }
 void Flags::Examples(std::string text) { impl_->examples = std::move(text); }
 
-void Flags::String(std::string name, std::string* dest, std::string help, Validator<std::string> v) {
+void Flags::String(std::string name, std::string* dest, std::string help,
+                   Validator<std::string> v) {
   std::string env = EnvNameFor(name);
-  impl_->Add({std::move(name), std::move(env), std::move(help), "string", *dest, {},
+  impl_->Add({std::move(name),
+              std::move(env),
+              std::move(help),
+              "string",
+              *dest,
+              {},
               [dest, v](const std::string& text) -> absl::Status {
                 if (v) WISP_RETURN_IF_ERROR(v(text));
                 *dest = text;
@@ -117,7 +140,12 @@ void Flags::String(std::string name, std::string* dest, std::string help, Valida
 
 void Flags::Int(std::string name, int64_t* dest, std::string help, Validator<int64_t> v) {
   std::string env = EnvNameFor(name);
-  impl_->Add({std::move(name), std::move(env), std::move(help), "int", std::to_string(*dest), {},
+  impl_->Add({std::move(name),
+              std::move(env),
+              std::move(help),
+              "int",
+              std::to_string(*dest),
+              {},
               [dest, v](const std::string& text) -> absl::Status {
                 int64_t n = 0;
                 auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
@@ -132,18 +160,35 @@ void Flags::Int(std::string name, int64_t* dest, std::string help, Validator<int
 
 void Flags::Bool(std::string name, bool* dest, std::string help) {
   std::string env = EnvNameFor(name);
-  impl_->Add({std::move(name), std::move(env), std::move(help), "bool", *dest ? "true" : "false", {},
+  impl_->Add({std::move(name),
+              std::move(env),
+              std::move(help),
+              "bool",
+              *dest ? "true" : "false",
+              {},
               [dest](const std::string& text) -> absl::Status {
-                if (text == "true" || text == "1" || text == "yes") { *dest = true; return absl::OkStatus(); }
-                if (text == "false" || text == "0" || text == "no") { *dest = false; return absl::OkStatus(); }
-                return absl::InvalidArgumentError(Quote(text) + " is not a boolean (true or false)");
+                if (text == "true" || text == "1" || text == "yes") {
+                  *dest = true;
+                  return absl::OkStatus();
+                }
+                if (text == "false" || text == "0" || text == "no") {
+                  *dest = false;
+                  return absl::OkStatus();
+                }
+                return absl::InvalidArgumentError(Quote(text) +
+                                                  " is not a boolean (true or false)");
               }});
 }
 
 void Flags::Duration(std::string name, std::chrono::milliseconds* dest, std::string help,
                      Validator<std::chrono::milliseconds> v) {
   std::string env = EnvNameFor(name);
-  impl_->Add({std::move(name), std::move(env), std::move(help), "duration", FormatDuration(*dest), {},
+  impl_->Add({std::move(name),
+              std::move(env),
+              std::move(help),
+              "duration",
+              FormatDuration(*dest),
+              {},
               [dest, v](const std::string& text) -> absl::Status {
                 WISP_ASSIGN_OR_RETURN(auto d, ParseDuration(text));
                 if (v) WISP_RETURN_IF_ERROR(v(d));
@@ -159,7 +204,10 @@ void Flags::Enum(std::string name, std::string* dest, std::vector<std::string> c
   impl_->Add({std::move(name), std::move(env), std::move(help), "enum", *dest, std::move(choices),
               [dest, c](const std::string& text) -> absl::Status {
                 for (const auto& choice : c) {
-                  if (choice == text) { *dest = text; return absl::OkStatus(); }
+                  if (choice == text) {
+                    *dest = text;
+                    return absl::OkStatus();
+                  }
                 }
                 std::string list;
                 for (const auto& choice : c) list += (list.empty() ? "" : ", ") + choice;
@@ -181,8 +229,14 @@ absl::Status Flags::Parse(int argc, const char* const* argv) {
       for (++i; i < argc; ++i) impl_->positional.push_back(argv[i]);
       break;
     }
-    if (arg == "--help" || arg == "-h") { impl_->help = true; continue; }
-    if (arg == "--version") { impl_->version = true; continue; }
+    if (arg == "--help" || arg == "-h") {
+      impl_->help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      impl_->version = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
       impl_->positional.push_back(arg);
       continue;
@@ -237,23 +291,28 @@ absl::Status Flags::Parse(int argc, const char* const* argv) {
       return absl::InvalidArgumentError("--config: " + config_file + ": " + e.what());
     }
     if (root && !root.IsNull()) {
-      if (!root.IsMap()) return absl::InvalidArgumentError("--config: " + config_file + ": not a YAML mapping");
+      if (!root.IsMap())
+        return absl::InvalidArgumentError("--config: " + config_file + ": not a YAML mapping");
       for (const auto& kv : root) {
         const std::string key = kv.first.as<std::string>();
         Impl::Setting* s = impl_->Find(key);
         if (s == nullptr) {
-          return absl::InvalidArgumentError("--config: " + config_file + ": unknown setting " + Quote(key));
+          return absl::InvalidArgumentError("--config: " + config_file + ": unknown setting " +
+                                            Quote(key));
         }
         std::string text;
         if (kv.second.IsSequence()) {
-          for (const auto& item : kv.second) text += (text.empty() ? "" : ",") + item.as<std::string>();
+          for (const auto& item : kv.second)
+            text += (text.empty() ? "" : ",") + item.as<std::string>();
         } else if (kv.second.IsScalar()) {
           text = kv.second.as<std::string>();
         } else {
-          return absl::InvalidArgumentError(config_file + ": " + key + ": must be a scalar or a list");
+          return absl::InvalidArgumentError(config_file + ": " + key +
+                                            ": must be a scalar or a list");
         }
         if (auto st = s->set(text); !st.ok()) {
-          return absl::InvalidArgumentError(config_file + ": " + key + ": " + std::string(st.message()));
+          return absl::InvalidArgumentError(config_file + ": " + key + ": " +
+                                            std::string(st.message()));
         }
       }
     }
@@ -307,7 +366,10 @@ std::string Wrap(const std::string& text, const std::string& indent) {
   std::istringstream paragraphs(text);
   std::string paragraph;
   while (std::getline(paragraphs, paragraph)) {
-    if (paragraph.empty()) { out += "\n"; continue; }
+    if (paragraph.empty()) {
+      out += "\n";
+      continue;
+    }
     std::istringstream words(paragraph);
     std::string word, line = indent;
     while (words >> word) {
@@ -333,12 +395,14 @@ std::string Flags::Help() const {
        "    in the YAML file given by --config (or WISP_CONFIG). Precedence: flag, environment,\n"
        "    file, default.\n\n";
   for (const auto& s : impl_->settings) {
-    std::string value = s.type == "bool"       ? ""
-                        : s.type == "enum"     ? " " + [&] {
-                            std::string c;
-                            for (const auto& x : s.choices) c += (c.empty() ? "" : "|") + x;
-                            return c;
-                          }()
+    std::string value = s.type == "bool"   ? ""
+                        : s.type == "enum" ? " " +
+                                                 [&] {
+                                                   std::string c;
+                                                   for (const auto& x : s.choices)
+                                                     c += (c.empty() ? "" : "|") + x;
+                                                   return c;
+                                                 }()
                         : s.type == "duration" ? " DURATION"
                         : s.type == "int"      ? " N"
                                                : " VALUE";
@@ -352,7 +416,8 @@ std::string Flags::Help() const {
   o << "    --help\n        Print this help and exit.\n\n";
   o << "    --version\n        Print the version and exit.\n\n";
   if (!impl_->examples.empty()) o << "EXAMPLES\n" << Wrap(impl_->examples, "    ") << "\n";
-  o << "EXIT STATUS\n    0 on success and after a clean shutdown (SIGTERM, SIGINT); 1 on a runtime\n"
+  o << "EXIT STATUS\n    0 on success and after a clean shutdown (SIGTERM, SIGINT); 1 on a "
+       "runtime\n"
        "    failure; 2 on an invalid setting, with one line on stderr naming it.\n";
   return o.str();
 }

@@ -18,8 +18,9 @@ struct Settings {
 
 void Declare(Flags& flags, Settings& s) {
   flags.String("nats-url", &s.url, "NATS URLs");
-  flags.Int("workers", &s.workers, "worker threads",
-            [](int64_t n) { return n > 0 ? absl::OkStatus() : absl::InvalidArgumentError("must be positive"); });
+  flags.Int("workers", &s.workers, "worker threads", [](int64_t n) {
+    return n > 0 ? absl::OkStatus() : absl::InvalidArgumentError("must be positive");
+  });
   flags.Bool("dry-run", &s.dry, "change nothing");
   flags.Duration("key-rotation-period", &s.period, "rotation");
   flags.Enum("failure-mode", &s.mode, {"closed", "open"}, "what to answer when the bus is down");
@@ -35,9 +36,10 @@ TEST(FlagsTest, ParsesFlags) {
   Settings s;
   Flags flags("prog", "test");
   Declare(flags, s);
-  ASSERT_TRUE(ParseArgs(flags, {"--nats-url=nats://a:1", "--workers", "8", "--dry-run",
-                                "--key-rotation-period", "1h30m", "--failure-mode", "open", "extra"})
-                  .ok());
+  ASSERT_TRUE(
+      ParseArgs(flags, {"--nats-url=nats://a:1", "--workers", "8", "--dry-run",
+                        "--key-rotation-period", "1h30m", "--failure-mode", "open", "extra"})
+          .ok());
   EXPECT_EQ(s.url, "nats://a:1");
   EXPECT_EQ(s.workers, 8);
   EXPECT_TRUE(s.dry);
@@ -48,7 +50,10 @@ TEST(FlagsTest, ParsesFlags) {
 
 // Tests that each bad value is rejected with one message naming the setting.
 TEST(FlagsTest, RejectsBadValuesNamingTheSetting) {
-  struct Case { std::vector<const char*> args; std::string want; };
+  struct Case {
+    std::vector<const char*> args;
+    std::string want;
+  };
   std::vector<Case> cases = {
       {{"--workers", "abc"}, "--workers: \"abc\" is not an integer"},
       {{"--workers", "0"}, "--workers: must be positive"},
@@ -78,10 +83,10 @@ TEST(FlagsTest, PrecedenceFlagEnvFileDefault) {
   Declare(flags, s);
   ASSERT_TRUE(ParseArgs(flags, {"--config", file.c_str(), "--failure-mode", "closed"}).ok());
   unsetenv("WISP_WORKERS");
-  EXPECT_EQ(s.url, "nats://file:1");   // file
-  EXPECT_EQ(s.workers, 5);             // env over file
-  EXPECT_EQ(s.mode, "closed");         // flag over file
-  EXPECT_FALSE(s.dry);                 // default
+  EXPECT_EQ(s.url, "nats://file:1");  // file
+  EXPECT_EQ(s.workers, 5);            // env over file
+  EXPECT_EQ(s.mode, "closed");        // flag over file
+  EXPECT_FALSE(s.dry);                // default
 }
 
 // Tests that an unknown key or bad value in the file names the file and key.
@@ -92,7 +97,8 @@ TEST(FlagsTest, RejectsBadFile) {
   Flags flags("prog", "test");
   Declare(flags, s);
   auto st = ParseArgs(flags, {"--config", file.c_str()});
-  EXPECT_NE(std::string(st.message()).find("workers: \"many\" is not an integer"), std::string::npos)
+  EXPECT_NE(std::string(st.message()).find("workers: \"many\" is not an integer"),
+            std::string::npos)
       << st.message();
   std::ofstream(file) << "colour: blue\n";
   Flags again("prog", "test");

@@ -75,8 +75,7 @@ absl::Status SystemMounter::BindMount(const std::string& source, const std::stri
   }
   if (read_only) {
     // A bind mount ignores MS_RDONLY on the first call; the read-only flag needs a remount.
-    if (::mount(nullptr, target.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) !=
-        0) {
+    if (::mount(nullptr, target.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
       const int err = errno;
       ::umount2(target.c_str(), MNT_DETACH);
       return ErrnoStatus("remount read-only " + target, err);

@@ -77,8 +77,8 @@ absl::Status CheckPathUnder(std::string_view field, std::string_view path,
   for (const std::string& root : roots) {
     const std::string r = CleanPath(root);
     if (clean == r) return absl::OkStatus();
-    if (r == "/" || (clean.size() > r.size() && clean.compare(0, r.size(), r) == 0 &&
-                     clean[r.size()] == '/')) {
+    if (r == "/" ||
+        (clean.size() > r.size() && clean.compare(0, r.size(), r) == 0 && clean[r.size()] == '/')) {
       return absl::OkStatus();
     }
   }

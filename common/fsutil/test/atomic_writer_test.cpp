@@ -163,7 +163,8 @@ TEST_F(AtomicWriterTest, RejectsInvalidPathsWithKubeletMessages) {
       {std::string(4097, 'a'), "invalid path: must be less than or equal to 4096 characters"},
       {"a/../b", "invalid path: must not contain '..': a/../b"},
       {"..", "invalid path: must not contain '..': .."},
-      {std::string(256, 'f'), "invalid path: filenames must be less than or equal to 255 characters"},
+      {std::string(256, 'f'),
+       "invalid path: filenames must be less than or equal to 255 characters"},
       {"..data/x", "invalid path: must not start with '..': ..data/x"},
       {"...", "invalid path: must not start with '..': ..."},
   };
@@ -185,7 +186,8 @@ TEST_F(AtomicWriterTest, ReaderNeverSeesPartialOrMixedToken) {
   AtomicWriter writer(dir_, clock_);
   // Distinct lengths and bytes so a torn or mixed read cannot look like a valid one.
   std::vector<std::string> tokens;
-  for (int i = 0; i < 8; ++i) tokens.push_back(std::string(1000 + 997 * i, static_cast<char>('a' + i)));
+  for (int i = 0; i < 8; ++i)
+    tokens.push_back(std::string(1000 + 997 * i, static_cast<char>('a' + i)));
   const std::set<std::string> valid(tokens.begin(), tokens.end());
   ASSERT_TRUE(writer.Write({{"token", {tokens[0], 0644}}}).ok());
 

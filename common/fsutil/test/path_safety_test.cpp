@@ -10,8 +10,8 @@ using ::testing::HasSubstr;
 // Tests that CleanPath matches Go's filepath.Clean on the usual shapes.
 TEST(PathSafetyTest, CleanPathMatchesGoClean) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"", "."},          {"/", "/"},        {"/a//b/./c/", "/a/b/c"}, {"a/../b", "b"},
-      {"/../a", "/a"},    {"../a", "../a"},  {"./", "."},              {"a/b/..", "a"},
+      {"", "."},        {"/", "/"},  {"/a//b/./c/", "/a/b/c"}, {"a/../b", "b"}, {"/../a", "/a"},
+      {"../a", "../a"}, {"./", "."}, {"a/b/..", "a"},
   };
   for (const auto& [in, want] : cases) {
     SCOPED_TRACE(in);
@@ -30,7 +30,8 @@ TEST(PathSafetyTest, CheckPathUnderRoots) {
   const std::vector<Case> cases = {
       {"/var/lib/kubelet/pods/u/volumes/x/mount", true, ""},
       {"/tmp/csi", true, ""},
-      {"/var/lib/kubelet2/x", false, "target_path /var/lib/kubelet2/x is not under an allowed root"},
+      {"/var/lib/kubelet2/x", false,
+       "target_path /var/lib/kubelet2/x is not under an allowed root"},
       {"/var/lib/kubelet/../../etc", false, "target_path must not contain '..'"},
       {"relative/x", false, "target_path must be an absolute path: relative/x"},
       {"", false, "target_path is required"},
@@ -52,8 +53,8 @@ TEST(PathSafetyTest, CheckPathUnderRoots) {
 TEST(PathSafetyTest, JoinUnderRefusesEscapes) {
   EXPECT_EQ(*JoinUnder("volume_id", "/vols", "pvc-1"), "/vols/pvc-1");
   EXPECT_EQ(*JoinUnder("volume_id", "/vols/", "pvc-1"), "/vols/pvc-1");
-  const std::vector<std::string> bads = {"", ".", "..", "a/b", "../etc", "a\nb",
-                                         std::string(256, 'x')};
+  const std::vector<std::string> bads = {
+      "", ".", "..", "a/b", "../etc", "a\nb", std::string(256, 'x')};
   for (const std::string& bad : bads) {
     SCOPED_TRACE(bad);
     auto joined = JoinUnder("volume_id", "/vols", bad);

@@ -56,11 +56,13 @@ struct Core {
       const bool match = r.prefix ? req.path.rfind(r.path, 0) == 0 : req.path == r.path;
       if (!match) continue;
       path_known = true;
-      if (r.method == req.method && (best == nullptr || r.path.size() > best->path.size())) best = &r;
+      if (r.method == req.method && (best == nullptr || r.path.size() > best->path.size()))
+        best = &r;
     }
     if (best == nullptr) {
-      return path_known ? Response::Error(405, "method " + req.method + " not allowed on " + req.path)
-                        : Response::Error(404, "no handler for " + req.path);
+      return path_known
+                 ? Response::Error(405, "method " + req.method + " not allowed on " + req.path)
+                 : Response::Error(404, "no handler for " + req.path);
     }
     try {
       return best->handler(req);
@@ -89,7 +91,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   // certificate reload never frees a context a live connection still uses.
   Session(Stream stream, std::shared_ptr<Core> core, std::string remote,
           std::shared_ptr<void> keep = nullptr)
-      : keep_(std::move(keep)), stream_(std::move(stream)), core_(std::move(core)),
+      : keep_(std::move(keep)),
+        stream_(std::move(stream)),
+        core_(std::move(core)),
         remote_(std::move(remote)) {
     ++core_->sessions;
   }
@@ -108,8 +112,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
  private:
-  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream> &&
-                               !std::is_same_v<Stream, LocalStream>;
+  static constexpr bool kTls =
+      !std::is_same_v<Stream, beast::tcp_stream> && !std::is_same_v<Stream, LocalStream>;
 
   void Read() {
     if (core_->stopping) return Close();
@@ -120,23 +124,24 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     beast::get_lowest_layer(stream_).expires_after(first_ ? core_->options.read_timeout
                                                           : core_->options.idle_timeout);
     first_ = false;
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                        self->OnRead(ec);
-                      });
+    bhttp::async_read(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
   void OnRead(beast::error_code ec) {
     if (ec == bhttp::error::body_limit) {
-      return Write(Response::Error(413, "request body larger than " +
-                                            std::to_string(core_->options.max_body_bytes) + " bytes"),
-                   11, false);
+      return Write(
+          Response::Error(413, "request body larger than " +
+                                   std::to_string(core_->options.max_body_bytes) + " bytes"),
+          11, false);
     }
     if (ec == bhttp::error::header_limit) {
       return Write(Response::Error(431, "request headers larger than 64 KiB"), 11, false);
     }
     if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout ||
-        ec == asio::error::operation_aborted || ec == asio::error::connection_reset || ec == asio::error::eof) {
+        ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+        ec == asio::error::eof) {
       return Close();
     }
     if (ec) {
@@ -167,11 +172,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
         ToBeast(std::move(r), version, keep_alive));
     beast::get_lowest_layer(stream_).expires_after(core_->options.read_timeout);
-    bhttp::async_write(stream_, *res,
-                       [self = this->shared_from_this(), res, keep_alive](beast::error_code ec, size_t) {
-                         if (ec || !keep_alive) return self->Close();
-                         self->Read();
-                       });
+    bhttp::async_write(
+        stream_, *res,
+        [self = this->shared_from_this(), res, keep_alive](beast::error_code ec, size_t) {
+          if (ec || !keep_alive) return self->Close();
+          self->Read();
+        });
   }
 
   void Close() {
@@ -252,12 +258,15 @@ class BeastServer final : public Server {
       unix_acceptor_->open(local{}, ec);
       if (!ec) unix_acceptor_->bind(local::endpoint(o.unix_socket), ec);
       if (!ec) unix_acceptor_->listen(asio::socket_base::max_listen_connections, ec);
-      if (ec) return absl::UnavailableError("listening on unix socket " + o.unix_socket + ": " + ec.message());
+      if (ec)
+        return absl::UnavailableError("listening on unix socket " + o.unix_socket + ": " +
+                                      ec.message());
       ::chmod(o.unix_socket.c_str(), o.socket_mode);
       AcceptUnix();
     } else {
       auto address = asio::ip::make_address(o.address, ec);
-      if (ec) return absl::InvalidArgumentError("listen address \"" + o.address + "\": " + ec.message());
+      if (ec)
+        return absl::InvalidArgumentError("listen address \"" + o.address + "\": " + ec.message());
       tcp_acceptor_.emplace(ioc_);
       tcp::endpoint ep(address, o.port);
       tcp_acceptor_->open(ep.protocol(), ec);
@@ -322,38 +331,40 @@ class BeastServer final : public Server {
   }
 
   void AcceptTcp() {
-    tcp_acceptor_->async_accept(asio::make_strand(ioc_), [this](beast::error_code ec, tcp::socket s) {
-      if (ec) {
-        if (ec != asio::error::operation_aborted && !core_->stopping) AcceptTcp();
-        return;
-      }
-      beast::error_code ignored;
-      s.set_option(tcp::no_delay(true), ignored);
-      std::string remote = s.remote_endpoint(ignored).address().to_string();
-      if (tls_enabled_) {
-        auto ctx = CurrentTls();
-        using TlsStream = beast::ssl_stream<beast::tcp_stream>;
-        std::make_shared<Session<TlsStream>>(TlsStream(beast::tcp_stream(std::move(s)), *ctx), core_,
-                                             std::move(remote), ctx)
-            ->Run();
-      } else {
-        std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(s)), core_,
-                                                     std::move(remote))
-            ->Run();
-      }
-      AcceptTcp();
-    });
+    tcp_acceptor_->async_accept(
+        asio::make_strand(ioc_), [this](beast::error_code ec, tcp::socket s) {
+          if (ec) {
+            if (ec != asio::error::operation_aborted && !core_->stopping) AcceptTcp();
+            return;
+          }
+          beast::error_code ignored;
+          s.set_option(tcp::no_delay(true), ignored);
+          std::string remote = s.remote_endpoint(ignored).address().to_string();
+          if (tls_enabled_) {
+            auto ctx = CurrentTls();
+            using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+            std::make_shared<Session<TlsStream>>(TlsStream(beast::tcp_stream(std::move(s)), *ctx),
+                                                 core_, std::move(remote), ctx)
+                ->Run();
+          } else {
+            std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(s)), core_,
+                                                         std::move(remote))
+                ->Run();
+          }
+          AcceptTcp();
+        });
   }
 
   void AcceptUnix() {
-    unix_acceptor_->async_accept(asio::make_strand(ioc_), [this](beast::error_code ec, local::socket s) {
-      if (ec) {
-        if (ec != asio::error::operation_aborted && !core_->stopping) AcceptUnix();
-        return;
-      }
-      std::make_shared<Session<LocalStream>>(LocalStream(std::move(s)), core_, "unix")->Run();
-      AcceptUnix();
-    });
+    unix_acceptor_->async_accept(
+        asio::make_strand(ioc_), [this](beast::error_code ec, local::socket s) {
+          if (ec) {
+            if (ec != asio::error::operation_aborted && !core_->stopping) AcceptUnix();
+            return;
+          }
+          std::make_shared<Session<LocalStream>>(LocalStream(std::move(s)), core_, "unix")->Run();
+          AcceptUnix();
+        });
   }
 
   std::shared_ptr<Core> core_;
@@ -375,7 +386,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (options.threads < 1 || options.threads > 256) {
     return absl::InvalidArgumentError("http threads: must be between 1 and 256");
   }
-  if (options.max_body_bytes == 0) return absl::InvalidArgumentError("max body size: must be positive");
+  if (options.max_body_bytes == 0)
+    return absl::InvalidArgumentError("max body size: must be positive");
   return std::unique_ptr<Server>(new BeastServer(std::move(options)));
 }
 

@@ -125,19 +125,24 @@ TEST_F(ServerTest, ServesTlsAndReloadsCertificate) {
   const std::string dir = testing::TempDir() + "/wisp-http-tls";
   std::filesystem::create_directories(dir);
   auto make_cert = [&](const std::string& cn) {
-    const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=" +
-                            cn + " -keyout " + dir + "/key.pem -out " + dir + "/cert.pem 2>/dev/null";
+    const std::string cmd =
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=" +
+        cn + " -keyout " + dir + "/key.pem -out " + dir + "/cert.pem 2>/dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0);
   };
   make_cert("first");
-  StartWith({.address = "127.0.0.1", .port = 0, .cert_file = dir + "/cert.pem",
-             .key_file = dir + "/key.pem", .cert_reload_interval = std::chrono::seconds(0)});
+  StartWith({.address = "127.0.0.1",
+             .port = 0,
+             .cert_file = dir + "/cert.pem",
+             .key_file = dir + "/key.pem",
+             .cert_reload_interval = std::chrono::seconds(0)});
   auto subject_cn = [&](int max_version) -> std::string {
     asio::io_context ioc;
     asio::ssl::context ctx(asio::ssl::context::tls_client);
     SSL_CTX_set_max_proto_version(ctx.native_handle(), max_version);
     beast::ssl_stream<beast::tcp_stream> stream(ioc, ctx);
-    beast::get_lowest_layer(stream).connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+    beast::get_lowest_layer(stream).connect(
+        tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
     beast::error_code ec;
     stream.handshake(asio::ssl::stream_base::client, ec);
     if (ec) return "handshake failed";

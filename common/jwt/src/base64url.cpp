@@ -6,10 +6,8 @@
 namespace wisp::jwt {
 namespace {
 
-constexpr char kUrlAlphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-constexpr char kStdAlphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+constexpr char kUrlAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+constexpr char kStdAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 std::string Encode(std::string_view data, const char* alphabet, bool pad) {
   std::string out;
@@ -85,7 +83,8 @@ std::string Base64Encode(std::string_view data) { return Encode(data, kStdAlphab
 
 absl::StatusOr<std::string> Base64Decode(std::string_view text) {
   static const auto table = Table(kStdAlphabet);
-  if (text.size() % 4 != 0) return absl::InvalidArgumentError("base64: length is not a multiple of 4");
+  if (text.size() % 4 != 0)
+    return absl::InvalidArgumentError("base64: length is not a multiple of 4");
   size_t pad = 0;
   while (pad < 2 && pad < text.size() && text[text.size() - 1 - pad] == '=') ++pad;
   return Decode(text.substr(0, text.size() - pad), table, "base64");

@@ -30,8 +30,8 @@ absl::StatusOr<std::optional<int64_t>> TimeClaim(const nlohmann::json& claims, c
 }  // namespace
 
 absl::StatusOr<std::string> Sign(const PrivateKey& key, std::string_view payload_json) {
-  nlohmann::json header = {{"alg", AlgorithmName(key.algorithm())}, {"kid", key.kid()},
-                           {"typ", "JWT"}};
+  nlohmann::json header = {
+      {"alg", AlgorithmName(key.algorithm())}, {"kid", key.kid()}, {"typ", "JWT"}};
   std::string input = Base64UrlEncode(header.dump());
   input.push_back('.');
   input += Base64UrlEncode(payload_json);

@@ -189,11 +189,13 @@ absl::StatusOr<PublicKey> PublicKey::FromJwk(const nlohmann::json& jwk) {
                          static_cast<int>(n.size()), nullptr));
     BnPtr bn_e(BN_bin2bn(reinterpret_cast<const unsigned char*>(e.data()),
                          static_cast<int>(e.size()), nullptr));
-    if (!bn_n || !bn_e || OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_RSA_N, bn_n.get()) != 1 ||
+    if (!bn_n || !bn_e ||
+        OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_RSA_N, bn_n.get()) != 1 ||
         OSSL_PARAM_BLD_push_BN(bld.get(), OSSL_PKEY_PARAM_RSA_E, bn_e.get()) != 1) {
       return OpenSslError("RSA parameters");
     }
-    WISP_ASSIGN_OR_RETURN(pkey, FromData("RSA", bld.get(), "jwk.n/jwk.e: not a valid RSA public key"));
+    WISP_ASSIGN_OR_RETURN(pkey,
+                          FromData("RSA", bld.get(), "jwk.n/jwk.e: not a valid RSA public key"));
     alg = Algorithm::kRS256;
   } else if (*kty == "EC") {
     auto crv = jwk.find("crv");
@@ -439,8 +441,8 @@ absl::StatusOr<std::string> PrivateKey::Sign(std::string_view signing_input) con
   WISP_ASSIGN_OR_RETURN(PkeyCtxPtr ctx, impl_->Acquire());
   unsigned char buf[512];
   size_t len = sizeof(buf);
-  const int rc = EVP_PKEY_sign(ctx.get(), buf, &len,
-                               reinterpret_cast<const unsigned char*>(digest.data()), digest.size());
+  const int rc = EVP_PKEY_sign(
+      ctx.get(), buf, &len, reinterpret_cast<const unsigned char*>(digest.data()), digest.size());
   impl_->Release(std::move(ctx));
   if (rc != 1) return OpenSslError("EVP_PKEY_sign");
   std::string sig(reinterpret_cast<char*>(buf), len);

@@ -32,8 +32,8 @@ int HexValue(char c) {
 }
 
 std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\r' ||
-                        s.front() == '\t')) {
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\n' || s.front() == '\r' || s.front() == '\t')) {
     s.remove_prefix(1);
   }
   while (!s.empty() &&
@@ -115,7 +115,8 @@ absl::StatusOr<std::string> Seal(const Kek& kek, std::string_view plaintext, std
   int len = 0;
   if (!ctx ||
       EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, kek.bytes().data(), o + 1) != 1 ||
-      EVP_EncryptUpdate(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char*>(aad.data()),
+      EVP_EncryptUpdate(ctx.get(), nullptr, &len,
+                        reinterpret_cast<const unsigned char*>(aad.data()),
                         static_cast<int>(aad.size())) != 1 ||
       EVP_EncryptUpdate(ctx.get(), o + 1 + kNonce, &len,
                         reinterpret_cast<const unsigned char*>(plaintext.data()),
@@ -141,7 +142,8 @@ absl::StatusOr<std::string> Open(const Kek& kek, std::string_view sealed, std::s
   std::copy(s + 1 + kNonce + ct_len, s + sealed.size(), tag);
   if (!ctx ||
       EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, kek.bytes().data(), s + 1) != 1 ||
-      EVP_DecryptUpdate(ctx.get(), nullptr, &len, reinterpret_cast<const unsigned char*>(aad.data()),
+      EVP_DecryptUpdate(ctx.get(), nullptr, &len,
+                        reinterpret_cast<const unsigned char*>(aad.data()),
                         static_cast<int>(aad.size())) != 1 ||
       EVP_DecryptUpdate(ctx.get(), o, &len, s + 1 + kNonce, static_cast<int>(ct_len)) != 1 ||
       EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, kTag, tag) != 1) {

@@ -8,8 +8,8 @@ namespace {
 // Tests that encoding matches RFC 4648's test vectors without padding.
 TEST(Base64UrlTest, EncodesRfc4648Vectors) {
   const std::pair<const char*, const char*> cases[] = {
-      {"", ""}, {"f", "Zg"}, {"fo", "Zm8"}, {"foo", "Zm9v"}, {"foob", "Zm9vYg"},
-      {"fooba", "Zm9vYmE"}, {"foobar", "Zm9vYmFy"}};
+      {"", ""},           {"f", "Zg"},          {"fo", "Zm8"},         {"foo", "Zm9v"},
+      {"foob", "Zm9vYg"}, {"fooba", "Zm9vYmE"}, {"foobar", "Zm9vYmFy"}};
   for (const auto& [in, out] : cases) {
     SCOPED_TRACE(in);
     EXPECT_EQ(Base64UrlEncode(in), out);

@@ -69,8 +69,7 @@ TEST_P(JwsTest, RefusesTamperedPayload) {
   claims["sub"] = "system:serviceaccount:kube-system:admin";
   const size_t d1 = token.find('.');
   const size_t d2 = token.find('.', d1 + 1);
-  std::string forged =
-      token.substr(0, d1 + 1) + Base64UrlEncode(claims.dump()) + token.substr(d2);
+  std::string forged = token.substr(0, d1 + 1) + Base64UrlEncode(claims.dump()) + token.substr(d2);
   auto v = Verify(forged, keys_, Options());
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), absl::StatusCode::kUnauthenticated);

@@ -78,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(Algs, KeyAlgTest, ::testing::Values(Algorithm::kRS256, 
 // Tests that ECDSA DER and raw forms convert both ways with left padding.
 TEST(KeyTest, EcdsaDerRawConversion) {
   std::string raw(64, '\0');
-  raw[31] = 1;   // r = 1
+  raw[31] = 1;                        // r = 1
   raw[32] = static_cast<char>(0x80);  // s has its high bit set: DER needs a leading zero
   auto der = EcdsaRawToDer(raw);
   ASSERT_TRUE(der.ok());
@@ -105,8 +105,7 @@ TEST(KeyTest, RefusesBadJwks) {
     SCOPED_TRACE(json);
     auto key = PublicKey::FromJwk(nlohmann::json::parse(json));
     ASSERT_FALSE(key.ok());
-    EXPECT_NE(std::string(key.status().message()).find(want), std::string::npos)
-        << key.status();
+    EXPECT_NE(std::string(key.status().message()).find(want), std::string::npos) << key.status();
   }
   nlohmann::json rsa_as_es = nlohmann::json::parse(kRfc7638Jwk);
   rsa_as_es["alg"] = "ES256";

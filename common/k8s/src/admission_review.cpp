@@ -78,8 +78,7 @@ absl::StatusOr<AdmissionReview> ParseAdmissionReview(std::string_view body) {
   WISP_RETURN_IF_ERROR(OptString(req, "namespace", "request.namespace", &r.namespace_));
   if (auto ui = req.find("userInfo"); ui != req.end() && !ui->is_null()) {
     if (!ui->is_object()) return WrongType("request.userInfo", "an object");
-    WISP_RETURN_IF_ERROR(
-        OptString(*ui, "username", "request.userInfo.username", &r.user.username));
+    WISP_RETURN_IF_ERROR(OptString(*ui, "username", "request.userInfo.username", &r.user.username));
     WISP_RETURN_IF_ERROR(OptString(*ui, "uid", "request.userInfo.uid", &r.user.uid));
     if (auto g = ui->find("groups"); g != ui->end() && !g->is_null()) {
       if (!g->is_array()) return WrongType("request.userInfo.groups", "an array");
@@ -107,8 +106,7 @@ absl::StatusOr<AdmissionReview> ParseAdmissionReview(std::string_view body) {
   return review;
 }
 
-std::string EncodeAdmissionReview(std::string_view api_version,
-                                  const AdmissionResponse& response) {
+std::string EncodeAdmissionReview(std::string_view api_version, const AdmissionResponse& response) {
   Json resp = {{"uid", response.uid}, {"allowed", response.allowed}};
   if (!response.patch.empty()) {
     resp["patchType"] = "JSONPatch";

@@ -85,9 +85,11 @@ TEST(JsonPatchTest, RejectsBadOperationsWithNamedErrors) {
   } cases[] = {
       {R"({"op":"add"})", "patch must be a JSON array"},
       {R"([{"op":"remove","path":"/b"}])", "patch[0] (remove /b): path does not exist"},
-      {R"([{"op":"add","path":"/a/5","value":1}])", "patch[0] (add /a/5): array index out of range"},
+      {R"([{"op":"add","path":"/a/5","value":1}])",
+       "patch[0] (add /a/5): array index out of range"},
       {R"([{"op":"add","path":"/x/y","value":1}])", "patch[0] (add /x/y): path does not exist"},
-      {R"([{"op":"test","path":"/a","value":[2]}])", "patch[0] (test /a): test failed: value differs"},
+      {R"([{"op":"test","path":"/a","value":[2]}])",
+       "patch[0] (test /a): test failed: value differs"},
       {R"([{"op":"replace","path":"/a/01","value":2}])",
        "patch[0] (replace /a/01): path does not exist"},
       {R"([{"op":"frob","path":"/a"}])", "patch[0] (frob /a): unknown op"},
@@ -124,8 +126,7 @@ TEST(JsonPatchTest, ParseJsonNamesTheInput) {
   auto bad = ParseJson("{\"a\":", "request.object");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(std::string(bad.status().message()).rfind("request.object is not valid JSON", 0) ==
-              0)
+  EXPECT_TRUE(std::string(bad.status().message()).rfind("request.object is not valid JSON", 0) == 0)
       << bad.status();
 }
 

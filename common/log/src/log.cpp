@@ -30,11 +30,21 @@ void AppendJsonEscaped(std::string_view in, spdlog::memory_buf_t& out) {
   static constexpr char kHex[] = "0123456789abcdef";
   for (unsigned char c : in) {
     switch (c) {
-      case '"': out.append(std::string_view("\\\"")); break;
-      case '\\': out.append(std::string_view("\\\\")); break;
-      case '\n': out.append(std::string_view("\\n")); break;
-      case '\r': out.append(std::string_view("\\r")); break;
-      case '\t': out.append(std::string_view("\\t")); break;
+      case '"':
+        out.append(std::string_view("\\\""));
+        break;
+      case '\\':
+        out.append(std::string_view("\\\\"));
+        break;
+      case '\n':
+        out.append(std::string_view("\\n"));
+        break;
+      case '\r':
+        out.append(std::string_view("\\r"));
+        break;
+      case '\t':
+        out.append(std::string_view("\\t"));
+        break;
       default:
         if (c < 0x20) {
           const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xf]};
@@ -50,7 +60,8 @@ void AppendTimestamp(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& 
   auto t = std::chrono::system_clock::to_time_t(msg.time);
   std::tm tm{};
   gmtime_r(&t, &tm);
-  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(msg.time.time_since_epoch()) % 1'000'000;
+  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(msg.time.time_since_epoch()) %
+                1'000'000;
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
@@ -132,11 +143,13 @@ absl::Status Init(const Options& options) {
   auto level = spdlog::level::from_str(options.level);
   // from_str maps anything unknown to "off"; only accept "off" when it was asked for.
   if (level == spdlog::level::off && options.level != "off") {
-    return absl::InvalidArgumentError("log-level: \"" + options.level +
-                                      "\" is not one of trace, debug, info, warn, error, critical, off");
+    return absl::InvalidArgumentError(
+        "log-level: \"" + options.level +
+        "\" is not one of trace, debug, info, warn, error, critical, off");
   }
   if (options.format != "text" && options.format != "json") {
-    return absl::InvalidArgumentError("log-format: \"" + options.format + "\" is not one of text, json");
+    return absl::InvalidArgumentError("log-format: \"" + options.format +
+                                      "\" is not one of text, json");
   }
   State& state = GetState();
   std::lock_guard lock(state.mu);

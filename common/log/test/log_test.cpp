@@ -50,9 +50,7 @@ TEST(LogTest, RequestIdsNest) {
 }
 
 // Tests that Redact never echoes the secret.
-TEST(LogTest, RedactHidesSecret) {
-  EXPECT_EQ(Redact("eyJhbGciOi"), "<redacted 10 bytes>");
-}
+TEST(LogTest, RedactHidesSecret) { EXPECT_EQ(Redact("eyJhbGciOi"), "<redacted 10 bytes>"); }
 
 }  // namespace
 }  // namespace wisp::log

@@ -12,7 +12,8 @@
 namespace wisp::metrics {
 
 std::shared_ptr<prometheus::Registry> SharedRegistry() {
-  static auto* registry = new std::shared_ptr<prometheus::Registry>(std::make_shared<prometheus::Registry>());
+  static auto* registry =
+      new std::shared_ptr<prometheus::Registry>(std::make_shared<prometheus::Registry>());
   return *registry;
 }
 
@@ -26,7 +27,8 @@ std::string Render(const prometheus::Registry& registry) {
 
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+      0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
   return kBuckets;
 }
 
@@ -74,12 +76,13 @@ absl::Status Endpoint::Start(const std::string& address) {
   }
   std::string host = address.substr(0, colon);
   if (host.empty()) host = "0.0.0.0";
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   WISP_ASSIGN_OR_RETURN(impl_->server, http::Server::Create({.address = host,
-                                                              .port = static_cast<uint16_t>(port),
-                                                              .max_body_bytes = 1024,
-                                                              .threads = 1,
-                                                              .name = "metrics"}));
+                                                             .port = static_cast<uint16_t>(port),
+                                                             .max_body_bytes = 1024,
+                                                             .threads = 1,
+                                                             .name = "metrics"}));
   Impl* impl = impl_.get();
   impl_->server->Handle("GET", "/metrics", [impl](const http::Request&) {
     std::ostringstream out;
@@ -91,9 +94,8 @@ absl::Status Endpoint::Start(const std::string& address) {
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     return r;
   });
-  impl_->server->Handle("GET", "/healthz", [](const http::Request&) {
-    return http::Response::Text(200, "ok\n");
-  });
+  impl_->server->Handle("GET", "/healthz",
+                        [](const http::Request&) { return http::Response::Text(200, "ok\n"); });
   impl_->server->Handle("GET", "/readyz", [impl](const http::Request&) {
     std::vector<std::pair<std::string, Check>> checks;
     {

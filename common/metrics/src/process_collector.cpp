@@ -61,7 +61,8 @@ std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
       out.push_back(Gauge("process_start_time_seconds",
                           "Start time of the process since unix epoch in seconds.",
                           BootTimeSeconds() + std::stod(f[19]) / ticks));
-      out.push_back(Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", std::stod(f[20])));
+      out.push_back(
+          Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", std::stod(f[20])));
       out.push_back(Gauge("process_resident_memory_bytes", "Resident memory size in bytes.",
                           std::stod(f[21]) * page));
     }

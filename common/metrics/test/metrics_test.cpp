@@ -29,12 +29,16 @@ std::pair<int, std::string> Get(uint16_t port, const std::string& target) {
 // Tests that /metrics renders registered metrics, build info and process metrics.
 TEST(EndpointTest, ServesMetricsHealthAndReadiness) {
   auto registry = std::make_shared<prometheus::Registry>();
-  prometheus::BuildCounter().Name("wisp_test_things_total").Help("things").Register(*registry).Add({}).Increment(3);
+  prometheus::BuildCounter()
+      .Name("wisp_test_things_total")
+      .Help("things")
+      .Register(*registry)
+      .Add({})
+      .Increment(3);
   Endpoint endpoint(registry, "wisp-test");
   bool ready = false;
-  endpoint.AddReadinessCheck("bus", [&] {
-    return ready ? absl::OkStatus() : absl::UnavailableError("not connected");
-  });
+  endpoint.AddReadinessCheck(
+      "bus", [&] { return ready ? absl::OkStatus() : absl::UnavailableError("not connected"); });
   ASSERT_TRUE(endpoint.Start("127.0.0.1:0").ok());
   auto [code, body] = Get(endpoint.port(), "/metrics");
   EXPECT_EQ(code, 200);

@@ -16,7 +16,8 @@ void AddCommonFlags(config::Flags& flags, CommonSettings& s) {
                "NATS server URLs, comma separated (several = the members of a NATS cluster; "
                "tls:// for TLS).");
   flags.String("nats-user", &s.nats_user, "NATS user name (with --nats-password).");
-  flags.String("nats-password", &s.nats_password, "NATS password. Prefer the environment variable.");
+  flags.String("nats-password", &s.nats_password,
+               "NATS password. Prefer the environment variable.");
   flags.String("nats-creds", &s.nats_creds, "NATS credentials file (JWT + nkey seed).");
   flags.String("nats-token", &s.nats_token, "NATS authentication token.");
   flags.String("nats-ca", &s.nats_ca, "CA bundle that verifies the NATS servers' certificates.");
@@ -24,7 +25,8 @@ void AddCommonFlags(config::Flags& flags, CommonSettings& s) {
   flags.String("nats-key", &s.nats_key, "Client key for NATS TLS.");
   flags.String("metrics-address", &s.metrics_address,
                "host:port serving /metrics, /healthz and /readyz.");
-  flags.Enum("log-level", &s.log_level, {"trace", "debug", "info", "warn", "error", "critical", "off"},
+  flags.Enum("log-level", &s.log_level,
+             {"trace", "debug", "info", "warn", "error", "critical", "off"},
              "Least severe level logged.");
   flags.Enum("log-format", &s.log_format, {"text", "json"}, "text lines or JSON lines on stderr.");
   flags.Duration("drain-timeout", &s.drain_timeout,
@@ -44,7 +46,8 @@ absl::StatusOr<std::vector<std::string>> ParseNatsUrls(std::string_view text) {
   size_t start = 0;
   while (start <= text.size()) {
     auto comma = text.find(',', start);
-    std::string url(text.substr(start, comma == std::string_view::npos ? text.npos : comma - start));
+    std::string url(
+        text.substr(start, comma == std::string_view::npos ? text.npos : comma - start));
     while (!url.empty() && url.front() == ' ') url.erase(url.begin());
     while (!url.empty() && url.back() == ' ') url.pop_back();
     if (!url.empty()) {
@@ -110,7 +113,9 @@ Process::~Process() = default;
 
 bus::Bus& Process::bus() { return *bus_; }
 prometheus::Registry& Process::registry() { return metrics::Registry(); }
-std::shared_ptr<prometheus::Registry> Process::shared_registry() { return metrics::SharedRegistry(); }
+std::shared_ptr<prometheus::Registry> Process::shared_registry() {
+  return metrics::SharedRegistry();
+}
 metrics::Endpoint& Process::endpoint() { return *endpoint_; }
 
 absl::Status Process::RetryUntilBus(std::string_view what,
@@ -124,13 +129,14 @@ absl::Status Process::RetryUntilBus(std::string_view what,
     sigset_t pending;
     sigpending(&pending);
     if (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1) {
-      return absl::CancelledError(std::string(what) + ": stopped by a signal before start-up finished");
+      return absl::CancelledError(std::string(what) +
+                                  ": stopped by a signal before start-up finished");
     }
     absl::Status status = call();
     const auto code = status.code();
     // Only transport trouble is worth waiting out; a refused permission or a bad config is final.
-    if (status.ok() || (code != absl::StatusCode::kUnavailable &&
-                        code != absl::StatusCode::kDeadlineExceeded)) {
+    if (status.ok() ||
+        (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded)) {
       return status;
     }
     if (std::chrono::steady_clock::now() + backoff > deadline) {
@@ -195,9 +201,12 @@ int Process::Shutdown() {
 int Fail(std::string_view service, const absl::Status& status) {
   std::cerr << service << ": " << status.message() << "\n";
   switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument: return 2;  // a bad setting
-    case absl::StatusCode::kCancelled: return 0;        // asked to stop while starting
-    default: return 1;
+    case absl::StatusCode::kInvalidArgument:
+      return 2;  // a bad setting
+    case absl::StatusCode::kCancelled:
+      return 0;  // asked to stop while starting
+    default:
+      return 1;
   }
 }
 

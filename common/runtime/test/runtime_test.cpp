@@ -22,7 +22,8 @@ TEST(RuntimeTest, CommonFlagsAppearInHelp) {
   config::Flags flags("wisp-x", "test");
   AddCommonFlags(flags, s);
   const std::string help = flags.Help();
-  for (const char* want : {"--nats-url", "WISP_NATS_PASSWORD", "--metrics-address", "--drain-timeout"}) {
+  for (const char* want :
+       {"--nats-url", "WISP_NATS_PASSWORD", "--metrics-address", "--drain-timeout"}) {
     EXPECT_NE(help.find(want), std::string::npos) << want;
   }
 }

@@ -9,10 +9,10 @@ namespace wisp {
 namespace {
 
 constexpr std::array<std::string_view, 17> kNames = {
-    "OK",        "CANCELLED",          "UNKNOWN",         "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS",     "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION", "ABORTED",  "OUT_OF_RANGE",    "UNIMPLEMENTED",    "INTERNAL",
-    "UNAVAILABLE", "DATA_LOSS",        "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 }  // namespace
 

@@ -112,8 +112,8 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port, const st
   tv.tv_sec = timeout.count() / 1000;
   tv.tv_usec = (timeout.count() % 1000) * 1000;
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: " + host +
-                          "\r\nConnection: close\r\n\r\n";
+  const std::string req =
+      "GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
   if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
     ::close(fd);
     return absl::UnavailableError("send to " + host);
@@ -205,7 +205,8 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(Options options) {
   for (auto& e : env_s) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  const int log_fd = ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int log_fd =
+      ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log_fd < 0) return absl::InternalError("cannot open log " + options.log_path);
   const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const pid_t parent = ::getpid();
@@ -271,10 +272,9 @@ absl::Status Process::WaitForLog(std::string_view needle, std::chrono::milliseco
     const std::string log = Log();
     if (log.find(needle) != std::string::npos) return absl::OkStatus();
     if (!Running()) {
-      return absl::FailedPreconditionError(options_.path + " exited (code " +
-                                           std::to_string(exit_code_.value_or(-1)) +
-                                           ") before logging \"" + std::string(needle) +
-                                           "\"; log tail:\n" + Tail(log));
+      return absl::FailedPreconditionError(
+          options_.path + " exited (code " + std::to_string(exit_code_.value_or(-1)) +
+          ") before logging \"" + std::string(needle) + "\"; log tail:\n" + Tail(log));
     }
     if (Steady::now() >= deadline) {
       return absl::DeadlineExceededError(options_.path + " did not log \"" + std::string(needle) +

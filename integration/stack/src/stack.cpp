@@ -58,7 +58,8 @@ absl::StatusOr<std::unique_ptr<Stack>> Stack::Start(StackOptions options) {
       "-subj '/CN=wisp test CA' -keyout ca-key.pem -out ca.pem"
       " && openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=wisp-gateway "
       "-keyout gateway-key.pem -out gateway.csr"
-      " && printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > ext.cnf"
+      " && printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > "
+      "ext.cnf"
       " && openssl x509 -req -in gateway.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 "
       "-extfile ext.cnf -out gateway.pem");
   if (r.exit_code != 0) return absl::InternalError("making the test CA: " + r.output);
@@ -94,12 +95,15 @@ absl::StatusOr<std::unique_ptr<Stack>> Stack::Start(StackOptions options) {
 
 Stack::~Stack() {
   // Services first (they drain against a live bus), then NATS.
-  for (auto it = procs_.rbegin(); it != procs_.rend(); ++it) it->second->Terminate(std::chrono::seconds(5));
+  for (auto it = procs_.rbegin(); it != procs_.rend(); ++it)
+    it->second->Terminate(std::chrono::seconds(5));
   procs_.clear();
   nats_.reset();
 }
 
-std::string Stack::gateway_url() const { return "https://127.0.0.1:" + std::to_string(gateway_port_); }
+std::string Stack::gateway_url() const {
+  return "https://127.0.0.1:" + std::to_string(gateway_port_);
+}
 std::string Stack::csi_socket() const { return dir_->path() + "/csi/csi.sock"; }
 std::string Stack::csi_endpoint() const { return "unix://" + csi_socket(); }
 std::string Stack::volume_root() const { return dir_->path() + "/volumes"; }
@@ -122,9 +126,10 @@ std::vector<std::string> Stack::WispctlArgs() const {
 
 std::vector<std::string> Stack::ArgsFor(const std::string& service) const {
   const std::string& d = dir_->path();
-  std::vector<std::string> args = {"--nats-url", nats_->url(), "--metrics-address",
-                                   "127.0.0.1:" + std::to_string(metrics_ports_.at(service)),
-                                   "--log-level", "debug"};
+  std::vector<std::string> args = {
+      "--nats-url",        nats_->url(),
+      "--metrics-address", "127.0.0.1:" + std::to_string(metrics_ports_.at(service)),
+      "--log-level",       "debug"};
   if (options_.auth) {
     args.insert(args.end(), {"--nats-user", service, "--nats-password", NatsPassword(service)});
   }
@@ -138,12 +143,12 @@ std::vector<std::string> Stack::ArgsFor(const std::string& service) const {
   } else if (service == "wisp-populator") {
     args.insert(args.end(), {"--volume-root", d + "/volumes", "--node-name", "node-a"});
   } else if (service == "wisp-gateway") {
-    args.insert(args.end(),
-                {"--listen-address", "127.0.0.1:" + std::to_string(gateway_port_), "--tls-cert",
-                 d + "/pki/gateway.pem", "--tls-key", d + "/pki/gateway-key.pem", "--csi-endpoint",
-                 csi_endpoint(), "--csi-role", options_.csi_role, "--node-name", "node-a",
-                 "--volume-root", d + "/volumes", "--target-root", d + "/targets",
-                 "--failure-mode", options_.failure_mode});
+    args.insert(
+        args.end(),
+        {"--listen-address", "127.0.0.1:" + std::to_string(gateway_port_), "--tls-cert",
+         d + "/pki/gateway.pem", "--tls-key", d + "/pki/gateway-key.pem", "--csi-endpoint",
+         csi_endpoint(), "--csi-role", options_.csi_role, "--node-name", "node-a", "--volume-root",
+         d + "/volumes", "--target-root", d + "/targets", "--failure-mode", options_.failure_mode});
   }
   if (auto it = options_.extra_args.find(service); it != options_.extra_args.end()) {
     args.insert(args.end(), it->second.begin(), it->second.end());
@@ -176,7 +181,8 @@ void Stack::Kill(const std::string& service) {
 }
 
 absl::Status Stack::Restart(const std::string& service) {
-  if (auto it = procs_.find(service); it != procs_.end()) it->second->Terminate(std::chrono::seconds(10));
+  if (auto it = procs_.find(service); it != procs_.end())
+    it->second->Terminate(std::chrono::seconds(10));
   WISP_RETURN_IF_ERROR(StartService(service));
   return WaitReady(service);
 }

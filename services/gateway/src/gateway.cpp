@@ -33,7 +33,8 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
                "PEM certificate chain for HTTPS. Re-read when it changes, without a restart.");
   flags.String("tls-key", &s.tls_key, "PEM private key for --tls-cert.");
   flags.Int("http-threads", &s.http_threads, "Threads serving HTTPS requests.", [](int64_t n) {
-    return n >= 1 && n <= 256 ? absl::OkStatus() : absl::InvalidArgumentError("must be between 1 and 256");
+    return n >= 1 && n <= 256 ? absl::OkStatus()
+                              : absl::InvalidArgumentError("must be between 1 and 256");
   });
   flags.String("node-name", &s.node_name,
                "This node's name: CSI node id, topology.wisp.dev/node, node-routed bus subjects. "
@@ -48,9 +49,10 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
                "with restartPolicy Always).");
   flags.String("csi-endpoint", &s.csi_endpoint,
                "unix:///path of the CSI socket; empty disables CSI.");
-  flags.Enum("csi-role", &s.csi_role, {"node", "controller", "both"},
-             "Which CSI services this gateway serves: node (DaemonSet), controller (Deployment with "
-             "external-provisioner) or both (local stack).");
+  flags.Enum(
+      "csi-role", &s.csi_role, {"node", "controller", "both"},
+      "Which CSI services this gateway serves: node (DaemonSet), controller (Deployment with "
+      "external-provisioner) or both (local stack).");
   flags.String("volume-root", &s.volume_root, "Directory holding populated volumes on this node.");
   flags.String("target-root", &s.target_root,
                "CSI target and staging paths must be under this directory (kubelet's root).");
@@ -85,7 +87,8 @@ absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
   }
   if (s.node_name.empty()) return absl::InvalidArgumentError("node-name: required");
   if (!s.csi_endpoint.empty() && s.csi_endpoint.rfind("unix://", 0) != 0) {
-    return absl::InvalidArgumentError("csi-endpoint: \"" + s.csi_endpoint + "\" must be unix:///path");
+    return absl::InvalidArgumentError("csi-endpoint: \"" + s.csi_endpoint +
+                                      "\" must be unix:///path");
   }
   return absl::OkStatus();
 }
@@ -155,8 +158,8 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
     options.target_roots = {settings.target_root};
     options.default_node = settings.default_node;
     if (!settings.staging_root.empty()) options.target_roots.push_back(settings.staging_root);
-    gw->parts_->csi = std::make_unique<csi::CsiServer>(options, process.bus(), SystemClock::Instance(),
-                                                       gw->parts_->mounter, process.registry());
+    gw->parts_->csi = std::make_unique<csi::CsiServer>(
+        options, process.bus(), SystemClock::Instance(), gw->parts_->mounter, process.registry());
     WISP_RETURN_IF_ERROR(gw->parts_->csi->Start());
     SPDLOG_LOGGER_INFO(logger, "serving CSI ({}) on {}", settings.csi_role, settings.csi_endpoint);
   }

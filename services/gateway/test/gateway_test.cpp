@@ -22,7 +22,11 @@ TEST(GatewaySettingsTest, RejectsInvalidSettingsNamingThem) {
   };
   std::vector<Case> cases = {
       {[](GatewaySettings& s) { s.tls_cert.clear(); }, "tls-cert: required with --tls-key"},
-      {[](GatewaySettings& s) { s.tls_cert.clear(); s.tls_key.clear(); }, "tls-cert: required"},
+      {[](GatewaySettings& s) {
+         s.tls_cert.clear();
+         s.tls_key.clear();
+       },
+       "tls-cert: required"},
       {[](GatewaySettings& s) { s.listen_address.clear(); }, "listen-address: empty"},
       {[](GatewaySettings& s) { s.listen_address = "8443"; }, "listen-address"},
       {[](GatewaySettings& s) { s.csi_endpoint = "/run/csi.sock"; }, "csi-endpoint"},

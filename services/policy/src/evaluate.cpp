@@ -43,7 +43,8 @@ Verdict EvaluatePodTokenAudiences(const AdmissionInput& in, const Policy& policy
       if (!AudienceAllowed(policy, ns, audience)) {
         causes.push_back(internal::AudienceForbidden(af + ".audience", audience, ns, policy));
       }
-      std::string exp = k8s::GetString(volumes[i], {"csi", "volumeAttributes", "expirationSeconds"});
+      std::string exp =
+          k8s::GetString(volumes[i], {"csi", "volumeAttributes", "expirationSeconds"});
       if (!exp.empty()) {
         if (exp.size() > 12 || exp.find_first_not_of("0123456789") != std::string::npos) {
           causes.push_back(af + ".expirationSeconds: Invalid value: " + k8s::Quote(exp) +

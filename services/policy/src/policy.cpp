@@ -77,20 +77,20 @@ absl::Status ReadQuantity(const YAML::Node& node, const std::string& key, std::s
 
 absl::Status Parse(const YAML::Node& root, Policy& p) {
   if (!root || root.IsNull()) return absl::OkStatus();
-  WISP_RETURN_IF_ERROR(CheckKeys(root, "", {"rules", "audiences", "maxTokenLifetime",
-                                            "tokenSidecar"}));
+  WISP_RETURN_IF_ERROR(
+      CheckKeys(root, "", {"rules", "audiences", "maxTokenLifetime", "tokenSidecar"}));
   if (const auto rules = root["rules"]) {
     WISP_RETURN_IF_ERROR(CheckKeys(rules, "rules",
                                    {"tokenSidecar", "vmiTokenVolumes", "virtLauncher",
                                     "dataVolumes", "pvcSources", "podTokenAudiences"}));
-    WISP_RETURN_IF_ERROR(ReadBool(rules["tokenSidecar"], "rules.tokenSidecar",
-                                  &p.rules.token_sidecar));
-    WISP_RETURN_IF_ERROR(ReadBool(rules["vmiTokenVolumes"], "rules.vmiTokenVolumes",
-                                  &p.rules.vmi_token_volumes));
-    WISP_RETURN_IF_ERROR(ReadBool(rules["virtLauncher"], "rules.virtLauncher",
-                                  &p.rules.virt_launcher));
-    WISP_RETURN_IF_ERROR(ReadBool(rules["dataVolumes"], "rules.dataVolumes",
-                                  &p.rules.data_volumes));
+    WISP_RETURN_IF_ERROR(
+        ReadBool(rules["tokenSidecar"], "rules.tokenSidecar", &p.rules.token_sidecar));
+    WISP_RETURN_IF_ERROR(
+        ReadBool(rules["vmiTokenVolumes"], "rules.vmiTokenVolumes", &p.rules.vmi_token_volumes));
+    WISP_RETURN_IF_ERROR(
+        ReadBool(rules["virtLauncher"], "rules.virtLauncher", &p.rules.virt_launcher));
+    WISP_RETURN_IF_ERROR(
+        ReadBool(rules["dataVolumes"], "rules.dataVolumes", &p.rules.data_volumes));
     WISP_RETURN_IF_ERROR(ReadBool(rules["pvcSources"], "rules.pvcSources", &p.rules.pvc_sources));
     WISP_RETURN_IF_ERROR(ReadBool(rules["podTokenAudiences"], "rules.podTokenAudiences",
                                   &p.rules.pod_token_audiences));
@@ -103,7 +103,8 @@ absl::Status Parse(const YAML::Node& root, Policy& p) {
       if (!kv.second.IsSequence()) return Bad(key, "must be a list of audiences");
       std::vector<std::string> list;
       for (const auto& a : kv.second) {
-        if (!a.IsScalar() || a.Scalar().empty()) return Bad(key, "entries must be non-empty strings");
+        if (!a.IsScalar() || a.Scalar().empty())
+          return Bad(key, "entries must be non-empty strings");
         list.push_back(a.Scalar());
       }
       p.audiences[ns] = std::move(list);
@@ -147,13 +148,14 @@ absl::Status Parse(const YAML::Node& root, Policy& p) {
     WISP_RETURN_IF_ERROR(ReadSeconds(ts["expirationSeconds"], "tokenSidecar.expirationSeconds",
                                      &p.token_expiration_seconds));
     if (p.token_expiration_seconds < 600) {
-      return Bad("tokenSidecar.expirationSeconds", "may not specify a duration less than 10 minutes");
+      return Bad("tokenSidecar.expirationSeconds",
+                 "may not specify a duration less than 10 minutes");
     }
     if (const auto r = ts["resources"]) {
       const std::string k = "tokenSidecar.resources";
-      WISP_RETURN_IF_ERROR(CheckKeys(r, k, {"cpuRequest", "cpuLimit", "memoryRequest",
-                                            "memoryLimit", "ephemeralStorageRequest",
-                                            "ephemeralStorageLimit"}));
+      WISP_RETURN_IF_ERROR(CheckKeys(r, k,
+                                     {"cpuRequest", "cpuLimit", "memoryRequest", "memoryLimit",
+                                      "ephemeralStorageRequest", "ephemeralStorageLimit"}));
       auto& sr = p.sidecar_resources;
       WISP_RETURN_IF_ERROR(ReadQuantity(r["cpuRequest"], k + ".cpuRequest", &sr.cpu_request));
       WISP_RETURN_IF_ERROR(ReadQuantity(r["cpuLimit"], k + ".cpuLimit", &sr.cpu_limit));

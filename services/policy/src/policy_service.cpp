@@ -80,8 +80,8 @@ absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(const v1::AdmissionCa
     std::lock_guard<std::mutex> lock(mu_);
     policy = policy_;
   }
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          clock_.Now().time_since_epoch()).count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(clock_.Now().time_since_epoch()).count();
   WISP_ASSIGN_OR_RETURN(AdmissionInput in, AdmissionInput::FromCall(call, now));
   RecordLookup lookup = [this](std::string_view bucket,
                                std::string_view key) -> absl::StatusOr<std::optional<std::string>> {
@@ -92,8 +92,8 @@ absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(const v1::AdmissionCa
     if (!entry.ok()) return entry.status();
     return std::optional<std::string>(entry->value);
   };
-  Verdict verdict = mutate ? EvaluateMutate(in, *policy, lookup)
-                           : EvaluateValidate(in, *policy, lookup);
+  Verdict verdict =
+      mutate ? EvaluateMutate(in, *policy, lookup) : EvaluateValidate(in, *policy, lookup);
   for (const auto& [rule, outcome] : verdict.rule_outcomes) metrics_.Decision(rule, outcome);
   if (!verdict.error.ok()) return absl::UnavailableError(std::string(verdict.error.message()));
   if (verdict.allowed && !call.dry_run()) WISP_RETURN_IF_ERROR(Apply(verdict.writes));
@@ -117,8 +117,8 @@ bus::Reply PolicyService::Serve(const bus::Request& request, bool mutate) {
     if (absl::IsInvalidArgument(verdict.status())) {
       metrics_.invalid_requests.Add({{"endpoint", endpoint}}).Increment();
     }
-    SPDLOG_LOGGER_WARN(logger, "{} {} {}/{}: {}", endpoint, call->kind().kind(),
-                       call->namespace_(), call->name(), std::string(verdict.status().message()));
+    SPDLOG_LOGGER_WARN(logger, "{} {} {}/{}: {}", endpoint, call->kind().kind(), call->namespace_(),
+                       call->name(), std::string(verdict.status().message()));
     return bus::Reply::Error(verdict.status());
   }
   SPDLOG_LOGGER_DEBUG(logger, "{} {} {}/{}: allowed={} patch={}B", endpoint, call->kind().kind(),

@@ -37,8 +37,8 @@ inline constexpr std::string_view kRuleDataVolumes = "data_volumes";
 inline constexpr std::string_view kRulePvcSources = "pvc_sources";
 inline constexpr std::string_view kRulePodTokenAudiences = "pod_token_audiences";
 // Outcomes (label `outcome`).
-inline constexpr std::string_view kOutcomeAllowed = "allowed";    // looked, nothing to change
-inline constexpr std::string_view kOutcomeMutated = "mutated";    // allowed with a patch
+inline constexpr std::string_view kOutcomeAllowed = "allowed";  // looked, nothing to change
+inline constexpr std::string_view kOutcomeMutated = "mutated";  // allowed with a patch
 inline constexpr std::string_view kOutcomeDenied = "denied";
 inline constexpr std::string_view kOutcomeSkipped = "skipped";    // not for this object
 inline constexpr std::string_view kOutcomeDisabled = "disabled";  // switched off by policy

@@ -9,9 +9,9 @@
 namespace wisp::policy {
 namespace {
 
-using k8s::Json;
 using internal::Deny;
 using internal::Outcome;
+using k8s::Json;
 
 constexpr std::string_view kRule = kRuleTokenSidecar;
 
@@ -46,10 +46,10 @@ struct ResourceSpec {
 absl::Status AddResources(const Json& pod, const Policy& policy, Json& resources,
                           std::vector<std::string>& causes) {
   const auto& d = policy.sidecar_resources;
-  const ResourceSpec specs[] = {{"cpu", d.cpu_request, d.cpu_limit},
-                                {"memory", d.memory_request, d.memory_limit},
-                                {"ephemeral-storage", d.ephemeral_storage_request,
-                                 d.ephemeral_storage_limit}};
+  const ResourceSpec specs[] = {
+      {"cpu", d.cpu_request, d.cpu_limit},
+      {"memory", d.memory_request, d.memory_limit},
+      {"ephemeral-storage", d.ephemeral_storage_request, d.ephemeral_storage_limit}};
   Json requests = Json::object();
   Json limits = Json::object();
   for (const auto& spec : specs) {
@@ -60,8 +60,10 @@ absl::Status AddResources(const Json& pod, const Policy& policy, Json& resources
       if (!text) return true;
       auto q = k8s::ParseQuantity(*text);
       if (!q.ok()) {
-        causes.push_back("failed to parse sidecar container resource allocation from pod "
-                         "annotation " + k8s::Quote(key) + ": " + std::string(q.status().message()));
+        causes.push_back(
+            "failed to parse sidecar container resource allocation from pod "
+            "annotation " +
+            k8s::Quote(key) + ": " + std::string(q.status().message()));
         return false;
       }
       *out = *q;
@@ -155,7 +157,8 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
     Verdict v = Outcome(kRule, kOutcomeSkipped);
     v.warnings.push_back(
         "wisp: pod does not use hostNetwork, so it is left unchanged: the token sidecar and the "
-        "projected token volume " + std::string(kTokenVolume) +
+        "projected token volume " +
+        std::string(kTokenVolume) +
         " are injected only into hostNetwork pods (policy tokenSidecar.tokenVolumeFor: "
         "hostNetwork)");
     return v;
@@ -168,9 +171,10 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
   std::string audience = idp.empty() ? policy.token_audience : idp;
   const std::string ns = in.Namespace();
   if (!AudienceAllowed(policy, ns, audience)) {
-    causes.push_back(internal::AudienceForbidden(
-        "spec.volumes[" + std::string(kTokenVolume) + "].projected.sources[0]."
-        "serviceAccountToken.audience", audience, ns, policy));
+    causes.push_back(internal::AudienceForbidden("spec.volumes[" + std::string(kTokenVolume) +
+                                                     "].projected.sources[0]."
+                                                     "serviceAccountToken.audience",
+                                                 audience, ns, policy));
   }
   if (!causes.empty()) return Deny(kRule, causes, 400, "BadRequest");
 
@@ -203,9 +207,9 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
   };
   // Exactly wisp-sidecar's flags: the STS audience is the token volume's audience (the wisp
   // volume's identityProvider, else the policy's), as GCSFuse's sidecar asks its STS.
-  Json args = Json::array({"--socket=" + std::string(kSocketDir) + "/token.sock",
-                           "--token-file=" + std::string(kTokenDir) + "/token",
-                           "--audience=" + audience});
+  Json args =
+      Json::array({"--socket=" + std::string(kSocketDir) + "/token.sock",
+                   "--token-file=" + std::string(kTokenDir) + "/token", "--audience=" + audience});
   if (!policy.sidecar_sts_url.empty()) args.push_back("--sts-url=" + policy.sidecar_sts_url);
   sidecar["args"] = args;
   if (native) {
@@ -222,9 +226,9 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
       {"runAsUser", 65534},
       {"runAsGroup", 65534},
   };
-  sidecar["volumeMounts"] = Json::array(
-      {{{"name", kSocketVolume}, {"mountPath", kSocketDir}},
-       {{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}}});
+  sidecar["volumeMounts"] =
+      Json::array({{{"name", kSocketVolume}, {"mountPath", kSocketDir}},
+                   {{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}}});
 
   Json out = pod;
   Json& list = native ? k8s::EnsureArray(out, {"spec", "initContainers"})
@@ -240,8 +244,9 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
   if (!HasVolume(pod, kTokenVolume)) {
     Json token = {{"expirationSeconds", policy.token_expiration_seconds}, {"path", "token"}};
     if (!audience.empty()) token["audience"] = audience;
-    added.push_back({{"name", kTokenVolume},
-                     {"projected", {{"sources", Json::array({{{"serviceAccountToken", token}}})}}}});
+    added.push_back(
+        {{"name", kTokenVolume},
+         {"projected", {{"sources", Json::array({{{"serviceAccountToken", token}}})}}}});
   }
   for (auto it = added.rbegin(); it != added.rend(); ++it) volumes.insert(volumes.begin(), *it);
 
@@ -269,8 +274,8 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
   v.rule_outcomes[std::string(kRule)] = std::string(kOutcomeMutated);
   v.audit_annotations["token-sidecar"] =
       std::string(kSidecarName) + (native ? " (native sidecar)" : " (container)");
-  v.audit_annotations["token-volume"] = std::string(kTokenVolume) + " audience=" +
-                                        (audience.empty() ? "<api-server>" : audience);
+  v.audit_annotations["token-volume"] =
+      std::string(kTokenVolume) + " audience=" + (audience.empty() ? "<api-server>" : audience);
   return v;
 }
 

@@ -205,16 +205,17 @@ Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
   // Every failure path allows the pod unchanged, as KubeVirt's launcher-pod mutator does.
   if (vmi_name.empty()) {
     Verdict v = Outcome(kRule, kOutcomeAllowed);
-    v.warnings.push_back("wisp: virt-launcher pod has no VirtualMachineInstance owner; token "
-                         "volumes not injected");
+    v.warnings.push_back(
+        "wisp: virt-launcher pod has no VirtualMachineInstance owner; token "
+        "volumes not injected");
     return v;
   }
   auto raw = lookup(bus::buckets::kPods, VmiRecordKey(ns, vmi_name));
   if (!raw.ok() || !raw->has_value()) {
     Verdict v = Outcome(kRule, raw.ok() ? kOutcomeAllowed : kOutcomeError);
     v.warnings.push_back("wisp: no token-volume record for VirtualMachineInstance " + ns + "/" +
-                         vmi_name + (raw.ok() ? "" : " (" + std::string(raw.status().message()) +
-                                                         ")") +
+                         vmi_name +
+                         (raw.ok() ? "" : " (" + std::string(raw.status().message()) + ")") +
                          "; token volumes not injected");
     return v;
   }
@@ -235,8 +236,9 @@ Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
   std::string image = compute != nullptr ? k8s::GetString(*compute, {"image"}) : "";
   if (compute == nullptr || image.empty()) {
     Verdict w = Outcome(kRule, kOutcomeAllowed);
-    w.warnings.push_back("wisp: virt-launcher pod has no compute container; token volumes not "
-                         "injected");
+    w.warnings.push_back(
+        "wisp: virt-launcher pod has no compute container; token volumes not "
+        "injected");
     return w;
   }
   // The socket directory the compute container's libvirt connects to.
@@ -281,8 +283,8 @@ Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
         {"name", container},
         {"image", image},
         {"command", Json::array({"/usr/libexec/virtiofsd"})},
-        {"args", Json::array({"--socket-path=" + std::string(kVirtiofsSocketDir) + "/" +
-                                  tv.name() + ".sock",
+        {"args", Json::array({"--socket-path=" + std::string(kVirtiofsSocketDir) + "/" + tv.name() +
+                                  ".sock",
                               "--shared-dir=" + data_dir, "--sandbox=none", "--cache=auto",
                               "--migration-on-error=guest-error", "--migration-mode=find-paths",
                               "--translate-uid=host:107:0:1"})},

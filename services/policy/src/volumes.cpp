@@ -35,7 +35,8 @@ void ValidateRef(const Json& ref, const std::string& what, std::vector<std::stri
   std::string kind = k8s::GetString(ref, {"kind"});
   if (kind.empty()) causes.push_back("Required value: " + what + " kind");
   if (k8s::GetString(ref, {"apiGroup"}).empty() && kind != "PersistentVolumeClaim") {
-    causes.push_back("Required value: " + what + " apiGroup when kind is not "
+    causes.push_back("Required value: " + what +
+                     " apiGroup when kind is not "
                      "'PersistentVolumeClaim'");
   }
 }
@@ -47,8 +48,7 @@ std::string RefKey(const Json& ref) {
 
 bool IsHttpUrl(const std::string& url) {
   for (std::string_view scheme : {"http://", "https://"}) {
-    if (url.rfind(scheme, 0) == 0 && url.size() > scheme.size() &&
-        url[scheme.size()] != '/') {
+    if (url.rfind(scheme, 0) == 0 && url.size() > scheme.size() && url[scheme.size()] != '/') {
       return true;
     }
   }
@@ -187,7 +187,8 @@ Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy) {
     }
     if (!causes.empty()) return Deny(kRule, causes, 422, "Invalid");
     if (op != "CREATE") return Outcome(kRule, kOutcomeAllowed);
-    record.set_data_source_ref(RefKey(data_source_ref != nullptr ? *data_source_ref : *data_source));
+    record.set_data_source_ref(
+        RefKey(data_source_ref != nullptr ? *data_source_ref : *data_source));
     return Record(kRule, in, record);
   }
   if ((source == nullptr) == (source_ref == nullptr)) {
@@ -198,13 +199,15 @@ Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy) {
   if (source_ref != nullptr) {
     std::string kind = k8s::GetString(*source_ref, {"kind"});
     if (kind != "DataSource") {
-      return Deny(kRule,
-                  {"Unsupported sourceRef kind " + kind + ", currently only DataSource is supported"},
-                  422, "Invalid");
+      return Deny(
+          kRule,
+          {"Unsupported sourceRef kind " + kind + ", currently only DataSource is supported"}, 422,
+          "Invalid");
     }
     Verdict v = Outcome(kRule, kOutcomeAllowed);
-    v.warnings.push_back("wisp: a sourceRef DataVolume is resolved by CDI; no population record "
-                         "written");
+    v.warnings.push_back(
+        "wisp: a sourceRef DataVolume is resolved by CDI; no population record "
+        "written");
     return v;
   }
   if (!source->is_object() || source->size() != 1) {
@@ -264,7 +267,8 @@ Verdict EvaluateVolumeImportSource(const AdmissionInput& in, const Policy& polic
   if (source != nullptr && source->is_object()) {
     for (auto it = source->begin(); it != source->end(); ++it) {
       if (kTypes.count(it.key()) == 0) {
-        causes.push_back("spec.source." + it.key() + ": Unsupported value: supported values: "
+        causes.push_back("spec.source." + it.key() +
+                         ": Unsupported value: supported values: "
                          "\"http\", \"blank\", \"pvc\"");
       }
       ++count;
@@ -280,8 +284,8 @@ Verdict EvaluateVolumeImportSource(const AdmissionInput& in, const Policy& polic
                        ": must be an http:// or https:// URL");
     }
     std::string sha = k8s::GetString(*http, {"sha256"});
-    if (!sha.empty() && (sha.size() != 64 ||
-                         sha.find_first_not_of("0123456789abcdef") != std::string::npos)) {
+    if (!sha.empty() &&
+        (sha.size() != 64 || sha.find_first_not_of("0123456789abcdef") != std::string::npos)) {
       causes.push_back("spec.source.http.sha256: Invalid value: " + k8s::Quote(sha) +
                        ": must be 64 lower-case hexadecimal characters");
     }
@@ -345,8 +349,9 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
   std::string kind = k8s::GetString(*ref, {"kind"});
   std::string name = k8s::GetString(*ref, {"name"});
   if (kind != "VolumeImportSource") {
-    return Deny(kRule, {fld + ".kind: Unsupported value: " + k8s::Quote(kind) +
-                        ": supported values: \"VolumeImportSource\""},
+    return Deny(kRule,
+                {fld + ".kind: Unsupported value: " + k8s::Quote(kind) +
+                 ": supported values: \"VolumeImportSource\""},
                 422, "Invalid");
   }
   if (name.empty()) return Deny(kRule, {fld + ".name: Required value"}, 422, "Invalid");
@@ -357,10 +362,11 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
     return v;
   }
   if (!raw->has_value()) {
-    return Deny(kRule, {fld + ".name: Not found: " + k8s::Quote(name) +
-                        ": no VolumeImportSource of that name was admitted in namespace " +
-                        k8s::Quote(ns)},
-                422, "Invalid");
+    return Deny(
+        kRule,
+        {fld + ".name: Not found: " + k8s::Quote(name) +
+         ": no VolumeImportSource of that name was admitted in namespace " + k8s::Quote(ns)},
+        422, "Invalid");
   }
   v1::PopulationRecord source;
   if (!source.ParseFromString(**raw)) {

@@ -13,7 +13,8 @@ std::string TokenPod(const std::string& audience, int64_t exp) {
   return R"({"metadata":{"name":"p"},"spec":{"serviceAccountName":"sa",
     "containers":[{"name":"app","image":"a"}],
     "volumes":[{"name":"t","projected":{"sources":[{"serviceAccountToken":{"audience":")" +
-         audience + R"(","expirationSeconds":)" + std::to_string(exp) + R"(,"path":"token"}}]}}]}})";
+         audience + R"(","expirationSeconds":)" + std::to_string(exp) +
+         R"(,"path":"token"}}]}}]}})";
 }
 
 // Tests the namespace allow-list and the lifetime cap on every projected token source.
@@ -51,8 +52,8 @@ TEST(PodTokenAudiencesTest, AllowListAndLifetime) {
     }
   }
   // No list at all: unrestricted.
-  EXPECT_TRUE(EvaluatePodTokenAudiences(testing::Pod(TokenPod("anything", 3600), "x"), Policy{})
-                  .allowed);
+  EXPECT_TRUE(
+      EvaluatePodTokenAudiences(testing::Pod(TokenPod("anything", 3600), "x"), Policy{}).allowed);
 }
 
 // Tests that wisp CSI token volumes are held to the same list through their attributes.
@@ -61,28 +62,29 @@ TEST(PodTokenAudiencesTest, WispCsiVolumeAttributes) {
   p.audiences["*"] = {"vault"};
   auto pod = [](const std::string& attrs) {
     return testing::Pod(R"({"metadata":{"name":"p"},"spec":{"containers":[{"name":"a","image":"a"}],
-      "volumes":[{"name":"v","csi":{"driver":"csi.wisp.dev","volumeAttributes":{)" + attrs +
-                        R"(}}}]}})",
+      "volumes":[{"name":"v","csi":{"driver":"csi.wisp.dev","volumeAttributes":{)" +
+                            attrs + R"(}}}]}})",
                         "team");
   };
-  EXPECT_TRUE(EvaluatePodTokenAudiences(pod(R"("audience":"vault","expirationSeconds":"900")"), p)
-                  .allowed);
+  EXPECT_TRUE(
+      EvaluatePodTokenAudiences(pod(R"("audience":"vault","expirationSeconds":"900")"), p).allowed);
   EXPECT_EQ(EvaluatePodTokenAudiences(pod(R"("audience":"s3")"), p).message,
             "spec.volumes[0].csi.volumeAttributes.audience: Forbidden: audience \"s3\" is not "
             "allowed in namespace \"team\" (allowed: \"vault\")");
-  EXPECT_EQ(EvaluatePodTokenAudiences(pod(R"("audience":"vault","expirationSeconds":"300")"), p)
-                .message,
-            "spec.volumes[0].csi.volumeAttributes.expirationSeconds: Invalid value: 300: may not "
-            "specify a duration less than 10 minutes");
-  EXPECT_EQ(EvaluatePodTokenAudiences(pod(R"("audience":"vault","expirationSeconds":"1h")"), p)
-                .message,
-            "spec.volumes[0].csi.volumeAttributes.expirationSeconds: Invalid value: \"1h\": must be "
-            "a whole number of seconds");
+  EXPECT_EQ(
+      EvaluatePodTokenAudiences(pod(R"("audience":"vault","expirationSeconds":"300")"), p).message,
+      "spec.volumes[0].csi.volumeAttributes.expirationSeconds: Invalid value: 300: may not "
+      "specify a duration less than 10 minutes");
+  EXPECT_EQ(
+      EvaluatePodTokenAudiences(pod(R"("audience":"vault","expirationSeconds":"1h")"), p).message,
+      "spec.volumes[0].csi.volumeAttributes.expirationSeconds: Invalid value: \"1h\": must be "
+      "a whole number of seconds");
 }
 
 // Tests that the mutate path chains rules and the validate path dispatches by kind.
 TEST(DispatchTest, MutateAndValidate) {
-  auto in = testing::Pod(R"({"metadata":{"name":"p","annotations":{"wisp.dev/token-sidecar":"true"}},
+  auto in =
+      testing::Pod(R"({"metadata":{"name":"p","annotations":{"wisp.dev/token-sidecar":"true"}},
     "spec":{"hostNetwork":true,"containers":[{"name":"app","image":"a"}]}})");
   Verdict m = EvaluateMutate(in, Policy{}, testing::NoRecords());
   EXPECT_TRUE(m.allowed);
@@ -115,11 +117,12 @@ TEST(DispatchTest, ChainsTwoMutations) {
                                  std::string_view) -> absl::StatusOr<std::optional<std::string>> {
     return std::optional(record);
   };
-  auto in = testing::Pod(R"({"metadata":{"name":"virt-launcher-vm-x","labels":{"kubevirt.io":"virt-launcher"},
+  auto in = testing::Pod(
+      R"({"metadata":{"name":"virt-launcher-vm-x","labels":{"kubevirt.io":"virt-launcher"},
     "annotations":{"wisp.dev/token-sidecar":"true"},
     "ownerReferences":[{"kind":"VirtualMachineInstance","name":"vm"}]},
     "spec":{"hostNetwork":true,"containers":[{"name":"compute","image":"launcher:1"}]}})",
-                         "vms");
+      "vms");
   Verdict m = EvaluateMutate(in, Policy{}, lookup);
   EXPECT_EQ(m.rule_outcomes.at("token_sidecar"), "mutated");
   EXPECT_EQ(m.rule_outcomes.at("virt_launcher"), "mutated");

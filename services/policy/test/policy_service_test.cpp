@@ -65,16 +65,16 @@ class PolicyServiceTest : public ::testing::Test {
 
 // Tests that a validate call over the bus records the VMI, and a dry run records nothing.
 TEST_F(PolicyServiceTest, ValidateRecordsUnlessDryRun) {
-  auto dry = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
-                                             Call("kubevirt.io", "VirtualMachineInstance", kVmi,
-                                                  true), 1s);
+  auto dry = bus::Call<v1::AdmissionVerdict>(
+      bus_, bus::subjects::kPolicyValidate,
+      Call("kubevirt.io", "VirtualMachineInstance", kVmi, true), 1s);
   ASSERT_TRUE(dry.ok()) << dry.status();
   EXPECT_TRUE(dry->allowed());
   EXPECT_TRUE(absl::IsNotFound(pods_->Get("vms.s3-vm").status()));
 
-  auto real = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
-                                              Call("kubevirt.io", "VirtualMachineInstance", kVmi),
-                                              1s);
+  auto real =
+      bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
+                                      Call("kubevirt.io", "VirtualMachineInstance", kVmi), 1s);
   ASSERT_TRUE(real.ok()) << real.status();
   auto entry = pods_->Get("vms.s3-vm");
   ASSERT_TRUE(entry.ok()) << entry.status();
@@ -90,11 +90,12 @@ TEST_F(PolicyServiceTest, MutatesLauncherFromRecord) {
                                               Call("kubevirt.io", "VirtualMachineInstance", kVmi),
                                               1s)
                   .ok());
-  const char* pod = R"({"metadata":{"name":"virt-launcher-s3-vm-x","labels":{"kubevirt.io":"virt-launcher"},
+  const char* pod =
+      R"({"metadata":{"name":"virt-launcher-s3-vm-x","labels":{"kubevirt.io":"virt-launcher"},
     "ownerReferences":[{"kind":"VirtualMachineInstance","name":"s3-vm"}]},
     "spec":{"containers":[{"name":"compute","image":"launcher:1"}]}})";
-  auto verdict = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyMutate,
-                                                 Call("", "Pod", pod), 1s);
+  auto verdict =
+      bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyMutate, Call("", "Pod", pod), 1s);
   ASSERT_TRUE(verdict.ok()) << verdict.status();
   EXPECT_TRUE(verdict->allowed());
   EXPECT_NE(verdict->patch().find("virtiofs-irsa"), std::string::npos);
@@ -112,9 +113,9 @@ TEST_F(PolicyServiceTest, ErrorReplies) {
   EXPECT_NE(std::string(bad_json.status().message()).find("object_json is not valid JSON"),
             std::string::npos);
   bus_.FailBucket(bus::buckets::kPods, absl::UnavailableError("kv down"));
-  auto failed = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
-                                                Call("kubevirt.io", "VirtualMachineInstance", kVmi),
-                                                1s);
+  auto failed =
+      bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
+                                      Call("kubevirt.io", "VirtualMachineInstance", kVmi), 1s);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
 }
 

@@ -12,11 +12,13 @@ using testing::Apply;
 using testing::Pod;
 using testing::Rerun;
 
-std::string LoaderPod(bool host_network, const std::string& annotations =
-                                             R"("wisp.dev/token-sidecar": "true")") {
+std::string LoaderPod(bool host_network,
+                      const std::string& annotations = R"("wisp.dev/token-sidecar": "true")") {
   return R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"loader","namespace":"ml",
-    "annotations":{)" + annotations + R"(}},
-    "spec":{"hostNetwork":)" + (host_network ? "true" : "false") + R"(,
+    "annotations":{)" +
+         annotations + R"(}},
+    "spec":{"hostNetwork":)" +
+         (host_network ? "true" : "false") + R"(,
       "serviceAccountName":"loader",
       "containers":[{"name":"main","image":"loader:1","volumeMounts":[{"name":"data","mountPath":"/data"}]}],
       "volumes":[{"name":"data","csi":{"driver":"csi.wisp.dev","volumeAttributes":{"bucket":"b"}}}]}})";
@@ -140,8 +142,7 @@ TEST(TokenSidecarTest, NativeSidecarSelection) {
       {"1.30", NativeSidecarMode::kAuto, R"(,"wisp.dev/enable-native-sidecar":"false")", false, 0},
   };
   for (const auto& c : cases) {
-    SCOPED_TRACE(c.version + " " + std::string(NativeSidecarModeName(c.mode)) +
-                 c.extra_annotation);
+    SCOPED_TRACE(c.version + " " + std::string(NativeSidecarModeName(c.mode)) + c.extra_annotation);
     Policy policy;
     policy.native_sidecar = c.mode;
     auto in = Pod(LoaderPod(true, R"("wisp.dev/token-sidecar":"true")" + c.extra_annotation), "ml",
@@ -185,16 +186,20 @@ TEST(TokenSidecarTest, ResourceAnnotations) {
     std::string message;
   } cases[] = {
       {"", R"({"requests":{"cpu":"250m","memory":"256Mi","ephemeral-storage":"5Gi"},
-               "limits":{"cpu":"250m","memory":"256Mi","ephemeral-storage":"5Gi"}})", ""},
+               "limits":{"cpu":"250m","memory":"256Mi","ephemeral-storage":"5Gi"}})",
+       ""},
       {R"(,"wisp.dev/sidecar-cpu-limit":"0")",
        R"({"requests":{"cpu":"250m","memory":"256Mi","ephemeral-storage":"5Gi"},
-           "limits":{"memory":"256Mi","ephemeral-storage":"5Gi"}})", ""},
+           "limits":{"memory":"256Mi","ephemeral-storage":"5Gi"}})",
+       ""},
       {R"(,"wisp.dev/sidecar-cpu-request":"1")",
        R"({"requests":{"cpu":"1","memory":"256Mi","ephemeral-storage":"5Gi"},
-           "limits":{"cpu":"1","memory":"256Mi","ephemeral-storage":"5Gi"}})", ""},
+           "limits":{"cpu":"1","memory":"256Mi","ephemeral-storage":"5Gi"}})",
+       ""},
       {R"(,"wisp.dev/sidecar-memory-limit":"1Gi")",
        R"({"requests":{"cpu":"250m","memory":"1Gi","ephemeral-storage":"5Gi"},
-           "limits":{"cpu":"250m","memory":"1Gi","ephemeral-storage":"5Gi"}})", ""},
+           "limits":{"cpu":"250m","memory":"1Gi","ephemeral-storage":"5Gi"}})",
+       ""},
       {R"(,"wisp.dev/sidecar-memory-request":"0","wisp.dev/sidecar-memory-limit":"0",
           "wisp.dev/sidecar-ephemeral-storage-request":"1Gi","wisp.dev/sidecar-ephemeral-storage-limit":"0")",
        R"({"requests":{"cpu":"250m","ephemeral-storage":"1Gi"},"limits":{"cpu":"250m"}})", ""},
@@ -225,7 +230,8 @@ TEST(TokenSidecarTest, ResourceAnnotations) {
 // Tests the token audience: the wisp volume's identityProvider wins over the policy default, and
 // an audience the namespace may not use is denied.
 TEST(TokenSidecarTest, AudienceFromIdentityProviderAndAllowList) {
-  const std::string pod = R"({"metadata":{"name":"p","annotations":{"wisp.dev/token-sidecar":"true"}},
+  const std::string pod =
+      R"({"metadata":{"name":"p","annotations":{"wisp.dev/token-sidecar":"true"}},
     "spec":{"hostNetwork":true,"containers":[{"name":"app","image":"a"}],
     "volumes":[{"name":"v","csi":{"driver":"csi.wisp.dev","volumeAttributes":{"identityProvider":"https://idp.example"}}},
                {"name":"claim","persistentVolumeClaim":{"claimName":"wisp-pvc"}}]}})";

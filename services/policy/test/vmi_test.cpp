@@ -73,74 +73,89 @@ TEST(VmiTokenVolumesTest, DeniesWithUpstreamMessages) {
     std::function<void(Json&)> edit;
     std::string message;
   } cases[] = {
-      {"300s lifetime", [](Json& v) {
-         v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountToken"]["expirationSeconds"] = 300;
+      {"300s lifetime",
+       [](Json& v) {
+         v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountToken"]["expirationSeconds"] =
+             300;
        },
        tok + ".expirationSeconds: Invalid value: 300: may not specify a duration less than 10 "
              "minutes"},
-      {"2^32+1 lifetime", [](Json& v) {
+      {"2^32+1 lifetime",
+       [](Json& v) {
          v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountToken"]["expirationSeconds"] =
              (int64_t{1} << 32) + 1;
        },
        tok + ".expirationSeconds: Invalid value: 4294967297: may not specify a duration larger "
              "than 2^32 seconds"},
-      {"over policy max", [](Json& v) {
+      {"over policy max",
+       [](Json& v) {
          v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountToken"]["expirationSeconds"] =
              100000;
        },
        tok + ".expirationSeconds: Invalid value: 100000: may not specify a duration larger than "
              "the policy's maximum token lifetime of 86400 seconds"},
-      {"dotdot path", [](Json& v) {
+      {"dotdot path",
+       [](Json& v) {
          v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountToken"]["path"] = "a/../b";
        },
        tok + ".path: Invalid value: \"a/../b\": must not contain '..'"},
-      {"leading dotdot", [](Json& v) {
+      {"leading dotdot",
+       [](Json& v) {
          v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountToken"]["path"] = "..token";
        },
        tok + ".path: Invalid value: \"..token\": must not start with '..'"},
-      {"absolute path", [](Json& v) {
+      {"absolute path",
+       [](Json& v) {
          v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountToken"]["path"] = "/token";
        },
        tok + ".path: Invalid value: \"/token\": must be a relative path"},
-      {"empty path", [](Json& v) {
+      {"empty path",
+       [](Json& v) {
          v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountToken"].erase("path");
        },
        tok + ".path: Required value"},
-      {"long element", [](Json& v) {
+      {"long element",
+       [](Json& v) {
          v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountToken"]["path"] =
              std::string(256, 'a');
        },
        tok + ".path: filenames must be less than or equal to 255 characters"},
-      {"projected empty path reported on the projected volume", [](Json& v) {
+      {"projected empty path reported on the projected volume",
+       [](Json& v) {
          v["spec"]["volumes"][1] = Json::parse(R"({"name":"irsa","projected":{"sources":[
            {"serviceAccountToken":{"audience":"sts.amazonaws.com"}}]}})");
        },
        "spec.volumes[1].projected.path: Required value"},
-      {"projected configMap source", [](Json& v) {
+      {"projected configMap source",
+       [](Json& v) {
          v["spec"]["volumes"][1] = Json::parse(R"({"name":"irsa","projected":{"sources":[
            {"configMap":{"name":"x"}}]}})");
        },
        "spec.volumes[1].projected.sources[0]: Unsupported value: \"configMap\": supported values: "
        "\"serviceAccountToken\""},
-      {"two types in one source", [](Json& v) {
+      {"two types in one source",
+       [](Json& v) {
          v["spec"]["volumes"][1] = Json::parse(R"({"name":"irsa","projected":{"sources":[
            {"configMap":{"name":"x"},"serviceAccountToken":{"path":"t"}}]}})");
        },
        "spec.volumes[1].projected.sources[0]: Forbidden: may not specify more than 1 volume type "
        "per source"},
-      {"audience not allowed", [](Json& v) {
+      {"audience not allowed",
+       [](Json& v) {
          v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountToken"]["audience"] = "gcp";
        },
        tok + ".audience: Forbidden: audience \"gcp\" is not allowed in namespace \"vms\" "
              "(allowed: \"sts.amazonaws.com\", \"vault\")"},
-      {"two serviceAccount volumes", [](Json& v) {
-         v["spec"]["volumes"].push_back(Json::parse(
-             R"({"name":"sa2","serviceAccount":{"serviceAccountName":"s3-reader"}})"));
-         v["spec"]["domain"]["devices"]["filesystems"].push_back({{"name", "sa2"},
-                                                                  {"virtiofs", Json::object()}});
+      {"two serviceAccount volumes",
+       [](Json& v) {
+         v["spec"]["volumes"].push_back(
+             Json::parse(R"({"name":"sa2","serviceAccount":{"serviceAccountName":"s3-reader"}})"));
+         v["spec"]["domain"]["devices"]["filesystems"].push_back(
+             {{"name", "sa2"}, {"virtiofs", Json::object()}});
        },
        "spec.volumes must have max one serviceAccount volume set"},
-      {"serviceAccountName missing", [](Json& v) {
+      {"serviceAccountName missing",
+       [](Json& v) {
          v["spec"]["volumes"][1]["serviceAccount"].erase("serviceAccountName");
          v["spec"].erase("serviceAccountName");
        },
@@ -148,7 +163,8 @@ TEST(VmiTokenVolumesTest, DeniesWithUpstreamMessages) {
       {"names differ", [](Json& v) { v["spec"]["serviceAccountName"] = "other"; },
        "spec.serviceAccountName \"other\" and serviceAccount volume \"s3-reader\" must reference "
        "the same service account"},
-      {"invalid spec.serviceAccountName", [](Json& v) {
+      {"invalid spec.serviceAccountName",
+       [](Json& v) {
          v["spec"]["serviceAccountName"] = "S3_Reader";
          v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountName"] = "S3_Reader";
        },
@@ -156,19 +172,21 @@ TEST(VmiTokenVolumesTest, DeniesWithUpstreamMessages) {
        "subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start "
        "and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"},
-      {"mapped to a disk", [](Json& v) {
+      {"mapped to a disk",
+       [](Json& v) {
          v["spec"]["domain"]["devices"]["filesystems"] = Json::array();
          v["spec"]["domain"]["devices"]["disks"].push_back({{"name", "irsa"}});
        },
        "ServiceAccount token volume 'irsa' must be mapped to a filesystem, not a disk"},
-      {"no filesystem", [](Json& v) { v["spec"]["domain"]["devices"]["filesystems"] = Json::array(); },
+      {"no filesystem",
+       [](Json& v) { v["spec"]["domain"]["devices"]["filesystems"] = Json::array(); },
        "ServiceAccount token volume 'irsa' must have a matching filesystem defined in "
        "spec.domain.devices.filesystems"},
-      {"filesystem not virtiofs", [](Json& v) {
-         v["spec"]["domain"]["devices"]["filesystems"][0].erase("virtiofs");
-       },
+      {"filesystem not virtiofs",
+       [](Json& v) { v["spec"]["domain"]["devices"]["filesystems"][0].erase("virtiofs"); },
        "spec.domain.devices.filesystems[0].virtiofs is a required field"},
-      {"tag longer than 36 bytes", [](Json& v) {
+      {"tag longer than 36 bytes",
+       [](Json& v) {
          std::string name(37, 'x');
          v["spec"]["volumes"][1]["name"] = name;
          v["spec"]["domain"]["devices"]["filesystems"][0]["name"] = name;
@@ -177,11 +195,13 @@ TEST(VmiTokenVolumesTest, DeniesWithUpstreamMessages) {
            "' must be at most 36 bytes: it is the virtiofs tag the guest mounts"},
       {"duplicate names", [](Json& v) { v["spec"]["volumes"][0]["name"] = "irsa"; },
        "spec.volumes[1] and spec.volumes[0] must not have the same Name."},
-      {"two sources in one volume", [](Json& v) {
+      {"two sources in one volume",
+       [](Json& v) {
          v["spec"]["volumes"][0]["emptyDisk"] = {{"capacity", "1Gi"}};
        },
        "spec.volumes[0] must have exactly one source type set"},
-      {"volume without disk", [](Json& v) { v["spec"]["domain"]["devices"]["disks"] = Json::array(); },
+      {"volume without disk",
+       [](Json& v) { v["spec"]["domain"]["devices"]["disks"] = Json::array(); },
        "spec.volumes[0].name 'root' not found."},
   };
   for (const auto& c : cases) {
@@ -211,8 +231,8 @@ TEST(VmiTokenVolumesTest, JoinsCauses) {
 
 // Tests that deleting a VMI removes its record.
 TEST(VmiTokenVolumesTest, DeleteErasesRecord) {
-  auto in = Input("kubevirt.io", "VirtualMachineInstance", "DELETE", "", "vms", "1.30",
-                  S3Vmi().dump());
+  auto in =
+      Input("kubevirt.io", "VirtualMachineInstance", "DELETE", "", "vms", "1.30", S3Vmi().dump());
   in.call.set_name("s3-vm");
   Verdict v = EvaluateVmiTokenVolumes(in, IrsaPolicy());
   ASSERT_EQ(v.writes.size(), 1u);
@@ -282,8 +302,9 @@ TEST(VirtLauncherTest, FailsOpenWithWarning) {
   EXPECT_TRUE(none.allowed);
   EXPECT_TRUE(none.patch.empty());
   ASSERT_EQ(none.warnings.size(), 1u);
-  EXPECT_EQ(none.warnings[0], "wisp: no token-volume record for VirtualMachineInstance vms/s3-vm; "
-                              "token volumes not injected");
+  EXPECT_EQ(none.warnings[0],
+            "wisp: no token-volume record for VirtualMachineInstance vms/s3-vm; "
+            "token volumes not injected");
   RecordLookup broken = [](std::string_view,
                            std::string_view) -> absl::StatusOr<std::optional<std::string>> {
     return absl::UnavailableError("kv down");
@@ -291,8 +312,9 @@ TEST(VirtLauncherTest, FailsOpenWithWarning) {
   Verdict err = EvaluateVirtLauncher(in, Policy{}, broken);
   EXPECT_TRUE(err.allowed);
   EXPECT_TRUE(err.error.ok());
-  EXPECT_EQ(err.warnings.at(0), "wisp: no token-volume record for VirtualMachineInstance "
-                                "vms/s3-vm (kv down); token volumes not injected");
+  EXPECT_EQ(err.warnings.at(0),
+            "wisp: no token-volume record for VirtualMachineInstance "
+            "vms/s3-vm (kv down); token volumes not injected");
   Json orphan = LauncherPod();
   orphan["metadata"].erase("ownerReferences");
   Verdict o = EvaluateVirtLauncher(testing::Pod(orphan.dump(), "vms"), Policy{}, RecordedVmi());

@@ -54,19 +54,22 @@ TEST(DataVolumeTest, DeniesWithCdiMessages) {
        "Duplicate storage definition, both target storage and target pvc defined"},
       {"no access mode", [](Json& d) { d["spec"]["pvc"].erase("accessModes"); },
        "Required value: at least 1 access mode is required"},
-      {"two access modes", [](Json& d) {
+      {"two access modes",
+       [](Json& d) {
          d["spec"]["pvc"]["accessModes"] = {"ReadWriteOnce", "ReadOnlyMany"};
        },
        "PVC multiple accessModes"},
       {"unknown access mode", [](Json& d) { d["spec"]["pvc"]["accessModes"] = {"ReadWriteSome"}; },
        "Unsupported value: \"ReadWriteSome\": supported values: \"ReadOnlyMany\", "
        "\"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\""},
-      {"external population with source", [](Json& d) {
+      {"external population with source",
+       [](Json& d) {
          d["spec"]["pvc"]["dataSourceRef"] = {
              {"apiGroup", "wisp.dev"}, {"kind", "VolumeImportSource"}, {"name", "golden"}};
        },
        "External population is incompatible with Source and SourceRef"},
-      {"cross-namespace dataSourceRef", [](Json& d) {
+      {"cross-namespace dataSourceRef",
+       [](Json& d) {
          d["spec"].erase("source");
          d["spec"]["pvc"]["dataSourceRef"] = {{"apiGroup", "wisp.dev"},
                                               {"kind", "VolumeImportSource"},
@@ -74,40 +77,47 @@ TEST(DataVolumeTest, DeniesWithCdiMessages) {
                                               {"namespace", "images"}};
        },
        "Invalid value: DataSourceRef namespace not supported"},
-      {"dataSource and dataSourceRef", [](Json& d) {
+      {"dataSource and dataSourceRef",
+       [](Json& d) {
          d["spec"].erase("source");
          Json ref = {{"apiGroup", "wisp.dev"}, {"kind", "VolumeImportSource"}, {"name", "g"}};
          d["spec"]["pvc"]["dataSourceRef"] = ref;
          d["spec"]["pvc"]["dataSource"] = ref;
        },
        "DataSourceRef and DataSource must match"},
-      {"ref without name, kind, apiGroup", [](Json& d) {
+      {"ref without name, kind, apiGroup",
+       [](Json& d) {
          d["spec"].erase("source");
          d["spec"]["pvc"]["dataSourceRef"] = Json::object();
        },
        "Required value: DataSourceRef name, Required value: DataSourceRef kind, Required value: "
        "DataSourceRef apiGroup when kind is not 'PersistentVolumeClaim'"},
-      {"dataSource without apiGroup", [](Json& d) {
+      {"dataSource without apiGroup",
+       [](Json& d) {
          d["spec"].erase("source");
          d["spec"]["pvc"]["dataSource"] = {{"kind", "VolumeImportSource"}, {"name", "g"}};
        },
        "Required value: DataSource apiGroup when kind is not 'PersistentVolumeClaim'"},
       {"neither source nor sourceRef", [](Json& d) { d["spec"].erase("source"); },
        "Data volume should have either Source or SourceRef, or be externally populated"},
-      {"both source and sourceRef", [](Json& d) {
+      {"both source and sourceRef",
+       [](Json& d) {
          d["spec"]["sourceRef"] = {{"kind", "DataSource"}, {"name", "x"}};
        },
        "Data volume should have either Source or SourceRef, or be externally populated"},
-      {"sourceRef kind", [](Json& d) {
+      {"sourceRef kind",
+       [](Json& d) {
          d["spec"].erase("source");
          d["spec"]["sourceRef"] = {{"kind", "PersistentVolumeClaim"}, {"name", "x"}};
        },
        "Unsupported sourceRef kind PersistentVolumeClaim, currently only DataSource is supported"},
-      {"source PVC without namespace", [](Json& d) {
+      {"source PVC without namespace",
+       [](Json& d) {
          d["spec"]["source"] = {{"pvc", {{"name", "src"}}}};
        },
        "spec.source.pvc source PVC is not valid"},
-      {"source snapshot without name", [](Json& d) {
+      {"source snapshot without name",
+       [](Json& d) {
          d["spec"]["source"] = {{"snapshot", {{"namespace", "vms"}}}};
        },
        "spec.source.snapshot source snapshot is not valid"},
@@ -148,8 +158,9 @@ TEST(DataVolumeTest, UnsupportedSourceAndDelete) {
   Verdict v = EvaluateDataVolume(Dv(dv), Policy{});
   EXPECT_TRUE(v.allowed);
   EXPECT_TRUE(v.writes.empty());
-  EXPECT_EQ(v.warnings.at(0), "wisp: wisp-populator does not import source type \"registry\"; no "
-                              "population record written");
+  EXPECT_EQ(v.warnings.at(0),
+            "wisp: wisp-populator does not import source type \"registry\"; no "
+            "population record written");
   auto del = Input("cdi.kubevirt.io", "DataVolume", "DELETE", "", "vms", "1.30", GoldenDv().dump());
   del.call.set_name("cirros");
   Verdict d = EvaluateDataVolume(del, Policy{});
@@ -238,8 +249,9 @@ TEST(PvcSourcesTest, ChecksReferencesAndRecords) {
 
   Verdict missing = EvaluatePvc(pvc(ImportPvc()), Policy{}, lookup);
   EXPECT_FALSE(missing.allowed);
-  EXPECT_EQ(missing.message, "spec.dataSourceRef.name: Not found: \"golden\": no "
-                             "VolumeImportSource of that name was admitted in namespace \"vms\"");
+  EXPECT_EQ(missing.message,
+            "spec.dataSourceRef.name: Not found: \"golden\": no "
+            "VolumeImportSource of that name was admitted in namespace \"vms\"");
 
   Verdict vis = EvaluateVolumeImportSource(
       Input("wisp.dev", "VolumeImportSource", "CREATE", GoldenVis().dump(), "vms"), Policy{});

@@ -41,8 +41,8 @@ struct PrefetchSource::State {
   std::condition_variable cv;
   std::deque<std::vector<uint8_t>> chunks;
   size_t front_pos = 0;
-  bool done = false;   // the reader has stopped (end of stream or error)
-  bool stop = false;   // the consumer is gone
+  bool done = false;  // the reader has stopped (end of stream or error)
+  bool stop = false;  // the consumer is gone
   absl::Status error = absl::OkStatus();
   std::thread reader;
 

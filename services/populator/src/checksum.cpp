@@ -35,7 +35,8 @@ absl::StatusOr<std::string> NormalizeSha256(std::string_view value, std::string_
     out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
   }
   if (out.size() != 64) {
-    return absl::InvalidArgumentError(std::string(field) + ": sha256 must be 64 hexadecimal digits, got " +
+    return absl::InvalidArgumentError(std::string(field) +
+                                      ": sha256 must be 64 hexadecimal digits, got " +
                                       std::to_string(out.size()));
   }
   return out;

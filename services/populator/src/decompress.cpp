@@ -101,7 +101,8 @@ class XzSource final : public ByteSource {
         done_ = true;
         break;
       }
-      if (rc == LZMA_BUF_ERROR && eof_) return absl::DataLossError("xz: compressed stream is truncated");
+      if (rc == LZMA_BUF_ERROR && eof_)
+        return absl::DataLossError("xz: compressed stream is truncated");
       if (rc != LZMA_OK && rc != LZMA_BUF_ERROR) {
         return absl::DataLossError("xz: invalid compressed data (lzma error " +
                                    std::to_string(static_cast<int>(rc)) + ")");
@@ -176,10 +177,14 @@ absl::StatusOr<ByteSourcePtr> Make(ByteSource& inner) {
 
 absl::StatusOr<ByteSourcePtr> MakeDecompressor(FormatKind kind, ByteSource& inner) {
   switch (kind) {
-    case FormatKind::kGzip: return Make<GzipSource>(inner);
-    case FormatKind::kXz: return Make<XzSource>(inner);
-    case FormatKind::kZstd: return Make<ZstdSource>(inner);
-    default: return absl::InvalidArgumentError("not a compression format");
+    case FormatKind::kGzip:
+      return Make<GzipSource>(inner);
+    case FormatKind::kXz:
+      return Make<XzSource>(inner);
+    case FormatKind::kZstd:
+      return Make<ZstdSource>(inner);
+    default:
+      return absl::InvalidArgumentError("not a compression format");
   }
 }
 

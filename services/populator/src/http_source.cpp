@@ -48,13 +48,15 @@ absl::StatusOr<Url> ParseUrl(std::string_view url, std::string_view field) {
   out.target = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
   if (size_t hash = out.target.find('#'); hash != std::string::npos) out.target.resize(hash);
   if (out.target.empty() || out.target[0] != '/') out.target = "/" + out.target;
-  if (size_t at = authority.rfind('@'); at != std::string_view::npos) authority.remove_prefix(at + 1);
+  if (size_t at = authority.rfind('@'); at != std::string_view::npos)
+    authority.remove_prefix(at + 1);
   std::string_view port;
   if (!authority.empty() && authority[0] == '[') {
     size_t close = authority.find(']');
     if (close == std::string_view::npos) return bad("unterminated IPv6 address");
     out.host = std::string(authority.substr(1, close - 1));
-    if (close + 1 < authority.size() && authority[close + 1] == ':') port = authority.substr(close + 2);
+    if (close + 1 < authority.size() && authority[close + 1] == ':')
+      port = authority.substr(close + 2);
   } else {
     size_t colon = authority.rfind(':');
     out.host = std::string(authority.substr(0, colon));
@@ -132,9 +134,8 @@ struct HttpSource::Impl {
     }
     Lowest().expires_after(options.connect_timeout);
     ec = Run([&](auto handler) {
-      Lowest().async_connect(results, [handler](error_code e, const tcp::endpoint&) mutable {
-        handler(e);
-      });
+      Lowest().async_connect(results,
+                             [handler](error_code e, const tcp::endpoint&) mutable { handler(e); });
     });
     if (ec) return absl::UnavailableError("connecting to " + Where() + ": " + ec.message());
     Lowest().socket().set_option(tcp::no_delay(true));
@@ -157,7 +158,8 @@ struct HttpSource::Impl {
         std::string why = ec.message();
         long verify = SSL_get_verify_result(ssl);
         if (verify != X509_V_OK) {
-          why = std::string("certificate verify failed (") + X509_verify_cert_error_string(verify) + ")";
+          why = std::string("certificate verify failed (") + X509_verify_cert_error_string(verify) +
+                ")";
         } else if (ec == beast::error::timeout) {
           return absl::UnavailableError("TLS handshake with " + Where() + " timed out");
         }
@@ -169,8 +171,8 @@ struct HttpSource::Impl {
 
   absl::Status SendAndReadHeader() {
     http::request<http::empty_body> req{http::verb::get, url.target, 11};
-    bool default_port = (url.scheme == "http" && url.port == "80") ||
-                        (url.scheme == "https" && url.port == "443");
+    bool default_port =
+        (url.scheme == "http" && url.port == "80") || (url.scheme == "https" && url.port == "443");
     req.set(http::field::host, default_port ? url.host : url.host + ":" + url.port);
     req.set(http::field::user_agent, "wisp-populator/" WISP_VERSION);
     req.set(http::field::accept_encoding, "identity");
@@ -180,12 +182,12 @@ struct HttpSource::Impl {
       if (!options.if_range.empty()) req.set(http::field::if_range, options.if_range);
     }
     Lowest().expires_after(options.read_timeout);
-    error_code ec = WithStream([&](auto& s) {
-      return Run([&](auto handler) { http::async_write(s, req, handler); });
-    });
+    error_code ec = WithStream(
+        [&](auto& s) { return Run([&](auto handler) { http::async_write(s, req, handler); }); });
     if (ec) return absl::UnavailableError("sending request to " + Where() + ": " + ec.message());
     parser.emplace();
-    // Not boost::none: Boost 1.74 compares the optional with ">" and a none limit rejects every body.
+    // Not boost::none: Boost 1.74 compares the optional with ">" and a none limit rejects every
+    // body.
     parser->body_limit(std::numeric_limits<std::uint64_t>::max());
     Lowest().expires_after(options.read_timeout);
     ec = WithStream([&](auto& s) {
@@ -202,8 +204,8 @@ struct HttpSource::Impl {
     auto& res = parser->get();
     int code = static_cast<int>(res.result_int());
     info.status = code;
-    std::string what = "HTTP " + std::to_string(code) + " " + std::string(res.reason()) +
-                       " from " + url.Redacted();
+    std::string what = "HTTP " + std::to_string(code) + " " + std::string(res.reason()) + " from " +
+                       url.Redacted();
     if (code == 404 || code == 410) return absl::NotFoundError(what);
     if (code == 401 || code == 403) return absl::PermissionDeniedError(what);
     if (code == 429 || code >= 500) return absl::UnavailableError(what);
@@ -241,7 +243,8 @@ struct HttpSource::Impl {
     if (!options.ca_pem.empty()) {
       error_code ec;
       ssl_ctx.add_certificate_authority(asio::buffer(options.ca_pem), ec);
-      if (ec) return absl::InvalidArgumentError("ca_pem: not a valid PEM CA bundle: " + ec.message());
+      if (ec)
+        return absl::InvalidArgumentError("ca_pem: not a valid PEM CA bundle: " + ec.message());
     }
     for (int hop = 0;; ++hop) {
       WISP_RETURN_IF_ERROR(Connect());
@@ -297,7 +300,8 @@ struct HttpSource::Impl {
         if (ec == beast::error::timeout) {
           return absl::UnavailableError("timed out reading the body from " + url.Redacted());
         }
-        return absl::UnavailableError("reading the body from " + url.Redacted() + ": " + ec.message());
+        return absl::UnavailableError("reading the body from " + url.Redacted() + ": " +
+                                      ec.message());
       }
       if (got > 0) return got;
     }

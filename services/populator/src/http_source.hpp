@@ -53,12 +53,12 @@ struct HttpOptions {
 
 struct HttpResponseInfo {
   int status = 0;
-  bool partial = false;                     // 206: the body starts at range_start
-  std::optional<uint64_t> content_length;   // bytes of this body
-  std::optional<uint64_t> total_size;       // bytes of the whole resource
+  bool partial = false;                    // 206: the body starts at range_start
+  std::optional<uint64_t> content_length;  // bytes of this body
+  std::optional<uint64_t> total_size;      // bytes of the whole resource
   std::string etag;
   std::string last_modified;
-  std::string final_url;                    // redacted, after redirects
+  std::string final_url;  // redacted, after redirects
 };
 
 class HttpSource final : public ByteSource {

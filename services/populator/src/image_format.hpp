@@ -8,7 +8,8 @@
 // being written out as a raw disk full of the wrong bytes.
 //
 //   uint8_t head[kDetectBytes]; ... ImageFormat f = DetectFormat(head, got);
-//   if (f.kind == FormatKind::kQcow2) { WISP_ASSIGN_OR_RETURN(auto h, ParseQcow2Header(head, got)); }
+//   if (f.kind == FormatKind::kQcow2) { WISP_ASSIGN_OR_RETURN(auto h, ParseQcow2Header(head, got));
+//   }
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -155,8 +155,8 @@ absl::Status CheckDigest(Sha256& sha, const std::string& want, std::string* got_
   std::string got = sha.HexDigest();
   *got_out = got;
   if (!want.empty() && got != want) {
-    return absl::DataLossError("sha256 mismatch: the source's checksum is " + got +
-                               ", expected " + want);
+    return absl::DataLossError("sha256 mismatch: the source's checksum is " + got + ", expected " +
+                               want);
   }
   return absl::OkStatus();
 }
@@ -197,7 +197,9 @@ class ImageImport {
  public:
   ImageImport(const ImportSpec& spec, const Importer::Options& options, Clock& clock,
               const ProgressFn& progress)
-      : spec_(spec), options_(options), clock_(clock),
+      : spec_(spec),
+        options_(options),
+        clock_(clock),
         reporter_(progress, clock, options.progress_interval),
         buf_(options.buffer_size) {}
 
@@ -236,7 +238,8 @@ class ImageImport {
     if (IsCompression(outer.kind)) {
       WISP_ASSIGN_OR_RETURN(decompressor, MakeDecompressor(outer.kind, replay));
       inner_head.assign(kDetectBytes, 0);
-      WISP_ASSIGN_OR_RETURN(size_t n, ReadFull(*decompressor, inner_head.data(), inner_head.size()));
+      WISP_ASSIGN_OR_RETURN(size_t n,
+                            ReadFull(*decompressor, inner_head.data(), inner_head.size()));
       inner_head.resize(n);
       inner = DetectFormat(inner_head.data(), inner_head.size());
       if (IsCompression(inner.kind)) {
@@ -295,7 +298,8 @@ class ImageImport {
   void SetValidator() {
     const auto& info = http_->info();
     // Weak ETags are not valid for If-Range; fall back to Last-Modified.
-    validator_ = !info.etag.empty() && info.etag.rfind("W/", 0) != 0 ? info.etag : info.last_modified;
+    validator_ =
+        !info.etag.empty() && info.etag.rfind("W/", 0) != 0 ? info.etag : info.last_modified;
   }
 
   absl::Status CheckSupported(const ImageFormat& f, const std::string& where) {
@@ -313,7 +317,8 @@ class ImageImport {
       while (left > 0) {
         WISP_ASSIGN_OR_RETURN(size_t got,
                               part->Read(buf_.data(), std::min<uint64_t>(left, buf_.size())));
-        if (got == 0) return absl::InternalError("resume checkpoint is past the end of disk.img.part");
+        if (got == 0)
+          return absl::InternalError("resume checkpoint is past the end of disk.img.part");
         sha_.Update(buf_.data(), got);
         left -= got;
       }
@@ -426,15 +431,16 @@ class ImageImport {
     progress_.stage = "convert";
     WISP_RETURN_IF_ERROR(reporter_.Report(progress_, true));
     ::unlink(part.c_str());
-    absl::Status converted = RunQemuImg(
-        options_.qemu_img, {"convert", "-t", "writeback", "-f", "qcow2", "-O", "raw", scratch, part});
+    absl::Status converted = RunQemuImg(options_.qemu_img, {"convert", "-t", "writeback", "-f",
+                                                            "qcow2", "-O", "raw", scratch, part});
     ::unlink(scratch.c_str());
     if (!converted.ok()) {
       ::unlink(part.c_str());
       return converted;
     }
     struct stat st {};
-    if (::stat(part.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) != parsed->virtual_size) {
+    if (::stat(part.c_str(), &st) != 0 ||
+        static_cast<uint64_t>(st.st_size) != parsed->virtual_size) {
       ::unlink(part.c_str());
       return absl::InternalError("qemu-img produced " + std::to_string(st.st_size) +
                                  " bytes, the header says " + std::to_string(parsed->virtual_size));
@@ -482,8 +488,8 @@ absl::StatusOr<ImportResult> Importer::Run(const ImportSpec& spec, const Progres
   switch (spec.kind) {
     case SourceKind::kBlank: {
       Cleanup(spec.dir);
-      WISP_ASSIGN_OR_RETURN(auto writer, SparseWriter::Create(Join(spec.dir, kDiskPart), 0,
-                                                              spec.capacity));
+      WISP_ASSIGN_OR_RETURN(auto writer,
+                            SparseWriter::Create(Join(spec.dir, kDiskPart), 0, spec.capacity));
       WISP_RETURN_IF_ERROR(writer->Commit(Join(spec.dir, kDiskImage), spec.capacity));
       ImportResult r;
       r.format = "blank";
@@ -501,8 +507,8 @@ absl::StatusOr<ImportResult> Importer::Run(const ImportSpec& spec, const Progres
                                      " bytes, larger than the volume capacity of " +
                                      std::to_string(spec.capacity) + " bytes");
       }
-      WISP_ASSIGN_OR_RETURN(auto writer, SparseWriter::Create(Join(spec.dir, kDiskPart), 0,
-                                                              spec.capacity));
+      WISP_ASSIGN_OR_RETURN(auto writer,
+                            SparseWriter::Create(Join(spec.dir, kDiskPart), 0, spec.capacity));
       ImportProgress p{"clone", 0, static_cast<uint64_t>(st.st_size), 0};
       WISP_RETURN_IF_ERROR(reporter.Report(p, true));
       WISP_RETURN_IF_ERROR(CopySparse(spec.clone_from, *writer));

@@ -41,22 +41,22 @@ enum class SourceKind { kHttp, kBlank, kClone, kStream };
 
 struct ImportSpec {
   SourceKind kind = SourceKind::kHttp;
-  std::string url;          // kHttp
-  HttpOptions http;         // kHttp: ca_pem, headers, timeouts (range fields are the importer's)
-  std::string clone_from;   // kClone: path of the source volume's disk.img
-  ByteSource* stream = nullptr;             // kStream (upload): the body
-  std::optional<uint64_t> stream_size;      // kStream: total bytes when known
-  std::string format;       // "" (detect), "raw" or "qcow2": a declared format must match content
-  std::string sha256;       // lower-case hex of the source bytes as served; empty = not checked
-  uint64_t capacity = 0;    // bytes; disk.img ends up exactly this large
-  std::string dir;          // volume directory
+  std::string url;         // kHttp
+  HttpOptions http;        // kHttp: ca_pem, headers, timeouts (range fields are the importer's)
+  std::string clone_from;  // kClone: path of the source volume's disk.img
+  ByteSource* stream = nullptr;         // kStream (upload): the body
+  std::optional<uint64_t> stream_size;  // kStream: total bytes when known
+  std::string format;     // "" (detect), "raw" or "qcow2": a declared format must match content
+  std::string sha256;     // lower-case hex of the source bytes as served; empty = not checked
+  uint64_t capacity = 0;  // bytes; disk.img ends up exactly this large
+  std::string dir;        // volume directory
 };
 
 struct ImportProgress {
-  std::string stage;                 // "download", "convert", "verify"
-  uint64_t bytes_read = 0;           // source bytes as served
-  std::optional<uint64_t> total;     // source size when known
-  uint64_t bytes_written = 0;        // data bytes written to the volume (holes excluded)
+  std::string stage;              // "download", "convert", "verify"
+  uint64_t bytes_read = 0;        // source bytes as served
+  std::optional<uint64_t> total;  // source size when known
+  uint64_t bytes_written = 0;     // data bytes written to the volume (holes excluded)
   std::optional<double> Ratio() const {
     if (!total || *total == 0) return std::nullopt;
     return static_cast<double>(bytes_read) / static_cast<double>(*total);
@@ -67,9 +67,9 @@ struct ImportProgress {
 using ProgressFn = std::function<absl::Status(const ImportProgress&)>;
 
 struct ImportResult {
-  std::string format;         // "raw", "qcow2", "raw.gz", "qcow2.xz", "blank", "clone"
-  std::string sha256;         // of the source bytes as served (empty for blank/clone)
-  uint64_t bytes_read = 0;    // in this run (a resumed run reads only the rest)
+  std::string format;       // "raw", "qcow2", "raw.gz", "qcow2.xz", "blank", "clone"
+  std::string sha256;       // of the source bytes as served (empty for blank/clone)
+  uint64_t bytes_read = 0;  // in this run (a resumed run reads only the rest)
   uint64_t bytes_written = 0;
   uint64_t virtual_size = 0;  // image size before extending to capacity
   uint64_t resumed_from = 0;  // > 0 when an HTTP Range resume was used

@@ -84,7 +84,11 @@ std::chrono::milliseconds Backoff(const JobRunnerConfig& config, uint64_t attemp
 
 JobRunner::JobRunner(bus::JetStream& js, VolumeStore& store, Importer& importer,
                      PopulatorMetrics& metrics, Clock& clock, JobRunnerConfig config)
-    : js_(js), store_(store), importer_(importer), metrics_(metrics), clock_(clock),
+    : js_(js),
+      store_(store),
+      importer_(importer),
+      metrics_(metrics),
+      clock_(clock),
       config_(std::move(config)) {}
 
 JobRunner::~JobRunner() { Stop(); }
@@ -141,18 +145,19 @@ void JobRunner::Finish(bus::JsMessage& msg, const std::string& id, const ImportR
   });
   if (!done.ok()) {
     // disk.img is in place; the redelivered job will find it and record SUCCEEDED.
-    SPDLOG_LOGGER_WARN(log::Get("jobs"), "recording success of {}: {}", id, done.status().ToString());
+    SPDLOG_LOGGER_WARN(log::Get("jobs"), "recording success of {}: {}", id,
+                       done.status().ToString());
     (void)msg.Nak(config_.backoff_base);
     return;
   }
   metrics_.Progress(id).Set(1.0);
   metrics_.jobs_succeeded.Increment();
-  metrics_.job_duration.Observe(
-      std::chrono::duration<double>(clock_.Steady() - started).count());
+  metrics_.job_duration.Observe(std::chrono::duration<double>(clock_.Steady() - started).count());
   (void)msg.Ack();
-  SPDLOG_LOGGER_INFO(log::Get("jobs"), "volume {} populated ({}, {} bytes read{})", id,
-                     result.format, result.bytes_read,
-                     result.resumed_from ? ", resumed at " + std::to_string(result.resumed_from) : "");
+  SPDLOG_LOGGER_INFO(
+      log::Get("jobs"), "volume {} populated ({}, {} bytes read{})", id, result.format,
+      result.bytes_read,
+      result.resumed_from ? ", resumed at " + std::to_string(result.resumed_from) : "");
 }
 
 void JobRunner::Process(bus::JsMessage& msg) {
@@ -265,7 +270,8 @@ void JobRunner::Process(bus::JsMessage& msg) {
     (void)msg.Nak(std::chrono::milliseconds(0));
     return;
   }
-  const bool last = config_.max_attempts > 0 && attempt >= static_cast<uint64_t>(config_.max_attempts);
+  const bool last =
+      config_.max_attempts > 0 && attempt >= static_cast<uint64_t>(config_.max_attempts);
   if (IsPermanent(error) || last) {
     std::string message(error.message());
     if (!IsPermanent(error)) message += " (gave up after " + std::to_string(attempt) + " attempts)";
@@ -290,8 +296,8 @@ void JobRunner::Process(bus::JsMessage& msg) {
   auto delay = Backoff(config_, attempt);
   std::string message = "attempt " + std::to_string(attempt) + " of " +
                         std::to_string(config_.max_attempts) + " failed, retrying in " +
-                        std::to_string(delay.count() / 1000.0).substr(0, 4) + "s: " +
-                        std::string(error.message());
+                        std::to_string(delay.count() / 1000.0).substr(0, 4) +
+                        "s: " + std::string(error.message());
   (void)store_.Mutate(id, [&](v1::VolumeStatus& s) {
     if (s.phase() == v1::DELETING) return false;
     s.set_phase(v1::IMPORT_SCHEDULED);

@@ -73,8 +73,8 @@ class JobRunner {
   void Stop();
 
  private:
-  void Finish(bus::JsMessage& msg, const std::string& id, const ImportResult& result,
-              bool external, std::chrono::steady_clock::time_point started);
+  void Finish(bus::JsMessage& msg, const std::string& id, const ImportResult& result, bool external,
+              std::chrono::steady_clock::time_point started);
 
   bus::JetStream& js_;
   VolumeStore& store_;

@@ -22,7 +22,9 @@ namespace wisp::populator {
 struct PopulatorMetrics {
   explicit PopulatorMetrics(prometheus::Registry& registry);
 
-  prometheus::Gauge& Progress(const std::string& volume) { return progress_ratio.Add({{"volume", volume}}); }
+  prometheus::Gauge& Progress(const std::string& volume) {
+    return progress_ratio.Add({{"volume", volume}});
+  }
   void RemoveProgress(const std::string& volume);
 
   prometheus::Family<prometheus::Gauge>& progress_ratio;

@@ -1,7 +1,7 @@
 #pragma once
-// Progress as CDI shows it: "45.30%" while importing ("%.2f%%" of the source bytes read), "N/A" when
-// the total is unknown, and "100.0%" only once the volume is complete. Values that would print as
-// 100 are held back at 99.99% while conversion and verification are still pending.
+// Progress as CDI shows it: "45.30%" while importing ("%.2f%%" of the source bytes read), "N/A"
+// when the total is unknown, and "100.0%" only once the volume is complete. Values that would print
+// as 100 are held back at 99.99% while conversion and verification are still pending.
 //
 //   FormatProgress(0.453) == "45.30%";  FormatProgress(std::nullopt) == "N/A";
 #include <optional>

@@ -93,7 +93,8 @@ absl::Status SparseWriter::Write(const uint8_t* data, size_t n) {
       if (IsZero(data + end, len) != zero) break;
       end += len;
     }
-    if (!zero) WISP_RETURN_IF_ERROR(PWriteAll(data + run_start, end - run_start, offset_ + run_start));
+    if (!zero)
+      WISP_RETURN_IF_ERROR(PWriteAll(data + run_start, end - run_start, offset_ + run_start));
     pos = end;
   }
   offset_ += n;

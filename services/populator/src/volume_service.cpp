@@ -23,11 +23,16 @@ const std::string* Param(const v1::VolumeSpec& spec, const char* key) {
 
 std::string SourceKindName(const v1::PopulationSource& s) {
   switch (s.kind_case()) {
-    case v1::PopulationSource::kHttp: return "http " + s.http().url();
-    case v1::PopulationSource::kBlank: return "blank";
-    case v1::PopulationSource::kClone: return "clone of " + s.clone().volume_id();
-    case v1::PopulationSource::kUpload: return "upload";
-    default: return "none";
+    case v1::PopulationSource::kHttp:
+      return "http " + s.http().url();
+    case v1::PopulationSource::kBlank:
+      return "blank";
+    case v1::PopulationSource::kClone:
+      return "clone of " + s.clone().volume_id();
+    case v1::PopulationSource::kUpload:
+      return "upload";
+    default:
+      return "none";
   }
 }
 
@@ -62,18 +67,24 @@ absl::Status ValidateVolumeId(std::string_view id) {
 
 VolumeService::VolumeService(bus::Bus& bus, bus::KeyValue& volumes, bus::KeyValue& sources,
                              PopulatorMetrics& metrics, Clock& clock, VolumeServiceConfig config)
-    : bus_(bus), sources_(sources), metrics_(metrics), clock_(clock), config_(std::move(config)),
+    : bus_(bus),
+      sources_(sources),
+      metrics_(metrics),
+      clock_(clock),
+      config_(std::move(config)),
       store_(volumes, bus, clock) {}
 
 VolumeService::~VolumeService() { Drain(); }
 
 absl::Status VolumeService::Serve(bus::Service* micro) {
   WISP_RETURN_IF_ERROR(ValidateNodeName(config_.node_name, "node-name"));
-  auto serve = [&](std::string name, std::string subject, bus::RequestHandler handler) -> absl::Status {
+  auto serve = [&](std::string name, std::string subject,
+                   bus::RequestHandler handler) -> absl::Status {
     if (micro != nullptr) {
       return micro->AddEndpoint(name, subject, bus::queues::kPopulator, std::move(handler));
     }
-    WISP_ASSIGN_OR_RETURN(auto sub, bus_.Serve(subject, bus::queues::kPopulator, std::move(handler)));
+    WISP_ASSIGN_OR_RETURN(auto sub,
+                          bus_.Serve(subject, bus::queues::kPopulator, std::move(handler)));
     subs_.push_back(std::move(sub));
     return absl::OkStatus();
   };
@@ -86,8 +97,9 @@ absl::Status VolumeService::Serve(bus::Service* micro) {
                                [this](const bus::Request& r) { return HandleCreate(r); }));
     WISP_RETURN_IF_ERROR(serve(prefix + "get", subject(subjects::kVolumeGet, "volume.get"),
                                [this](const bus::Request& r) { return HandleGet(r); }));
-    WISP_RETURN_IF_ERROR(serve(prefix + "delete", subject(subjects::kVolumeDelete, "volume.delete"),
-                               [this, node](const bus::Request& r) { return HandleDelete(r, node); }));
+    WISP_RETURN_IF_ERROR(
+        serve(prefix + "delete", subject(subjects::kVolumeDelete, "volume.delete"),
+              [this, node](const bus::Request& r) { return HandleDelete(r, node); }));
     WISP_RETURN_IF_ERROR(serve(prefix + "list", subject(subjects::kVolumeList, "volume.list"),
                                [this](const bus::Request& r) { return HandleList(r); }));
   }
@@ -170,8 +182,9 @@ absl::StatusOr<v1::VolumeSpec> VolumeService::ResolveSpec(v1::VolumeSpec spec) {
   }
   const std::string& format = source->format();
   if (!format.empty() && format != "raw" && format != "qcow2") {
-    return absl::InvalidArgumentError(std::string(kParamSourceFormat) + ": \"" + format +
-                                      "\" is not supported (raw or qcow2; compression is detected)");
+    return absl::InvalidArgumentError(
+        std::string(kParamSourceFormat) + ": \"" + format +
+        "\" is not supported (raw or qcow2; compression is detected)");
   }
   if (!source->sha256().empty()) {
     WISP_ASSIGN_OR_RETURN(std::string sha, NormalizeSha256(source->sha256(), kParamSha256));
@@ -189,7 +202,8 @@ absl::StatusOr<v1::VolumeSpec> VolumeService::ResolveSpec(v1::VolumeSpec spec) {
       auto* clone = source->mutable_clone();
       std::string src_id = clone->volume_id();
       if (src_id.empty() && !clone->name().empty()) src_id = VolumeIdForName(clone->name());
-      if (src_id.empty()) return absl::InvalidArgumentError("spec.source.clone.volume_id: required");
+      if (src_id.empty())
+        return absl::InvalidArgumentError("spec.source.clone.volume_id: required");
       WISP_RETURN_IF_ERROR(ValidateVolumeId(src_id));
       if (!clone->namespace_().empty() && clone->namespace_() != spec.pvc_namespace()) {
         return absl::InvalidArgumentError(
@@ -205,20 +219,19 @@ absl::StatusOr<v1::VolumeSpec> VolumeService::ResolveSpec(v1::VolumeSpec spec) {
       }
       const v1::VolumeStatus& s = src->first;
       if (s.spec().pvc_namespace() != spec.pvc_namespace()) {
-        return absl::InvalidArgumentError(
-            "cross-namespace clone is not supported: source volume " + src_id +
-            " is in namespace \"" + s.spec().pvc_namespace() + "\", target in \"" +
-            spec.pvc_namespace() + "\"");
+        return absl::InvalidArgumentError("cross-namespace clone is not supported: source volume " +
+                                          src_id + " is in namespace \"" +
+                                          s.spec().pvc_namespace() + "\", target in \"" +
+                                          spec.pvc_namespace() + "\"");
       }
       if (s.phase() != v1::SUCCEEDED) {
         return absl::UnavailableError("clone source volume " + src_id + " is not ready (phase " +
                                       v1::VolumePhase_Name(s.phase()) + ")");
       }
       if (s.spec().capacity_bytes() > spec.capacity_bytes()) {
-        return absl::OutOfRangeError("clone source volume " + src_id + " has " +
-                                     std::to_string(s.spec().capacity_bytes()) +
-                                     " bytes, more than the requested capacity of " +
-                                     std::to_string(spec.capacity_bytes()));
+        return absl::OutOfRangeError(
+            "clone source volume " + src_id + " has " + std::to_string(s.spec().capacity_bytes()) +
+            " bytes, more than the requested capacity of " + std::to_string(spec.capacity_bytes()));
       }
       clone->set_volume_id(src_id);
       // The bytes are node-local: the clone is made where the source is.
@@ -242,9 +255,9 @@ absl::Status VolumeService::PublishJob(const v1::VolumeStatus& status, const v1:
   job.SerializeToString(&body);
   // The id de-duplicates retries of one create; the creation time keeps a volume deleted and
   // created again inside the duplicate window from losing its job.
-  auto seq = bus_.Js().Publish(subjects::PopulateJobs(spec.node()), body, {},
-                               "populate-" + status.volume_id() + "-" +
-                                   std::to_string(status.created_unix()));
+  auto seq = bus_.Js().Publish(
+      subjects::PopulateJobs(spec.node()), body, {},
+      "populate-" + status.volume_id() + "-" + std::to_string(status.created_unix()));
   if (!seq.ok()) {
     return absl::UnavailableError("queueing the population job: " +
                                   std::string(seq.status().message()));
@@ -275,7 +288,8 @@ absl::StatusOr<v1::VolumeStatus> VolumeService::Create(const v1::CreateVolumeReq
     WISP_ASSIGN_OR_RETURN(auto existing, store_.Get(id));
     current = existing.first;
     if (current.spec().capacity_bytes() != spec.capacity_bytes()) {
-      return absl::AlreadyExistsError("volume \"" + spec.name() + "\" already exists with capacity " +
+      return absl::AlreadyExistsError("volume \"" + spec.name() +
+                                      "\" already exists with capacity " +
                                       std::to_string(current.spec().capacity_bytes()) +
                                       " bytes, requested " + std::to_string(spec.capacity_bytes()));
     }
@@ -410,9 +424,9 @@ bus::Reply VolumeService::HandleDelete(const bus::Request& request, bool node_su
   auto timeout = std::min(request.Remaining(), config_.forward_timeout);
   auto reply = bus_.Request(subjects::Node(node, "volume.delete"), request.msg.data, timeout);
   if (!reply.ok()) {
-    return bus::Reply::Error(absl::Status(
-        reply.status().code(), "deleting volume " + id + " on node " + node + ": " +
-                                   std::string(reply.status().message())));
+    return bus::Reply::Error(
+        absl::Status(reply.status().code(), "deleting volume " + id + " on node " + node + ": " +
+                                                std::string(reply.status().message())));
   }
   return bus::ProtoReply(v1::DeleteVolumeResponse());
 }

@@ -99,9 +99,9 @@ void VolumeStore::PublishEvent(const v1::VolumeStatus& status, double ratio) {
   }
   event.set_progress_ratio(ratio);
   event.set_message(status.message());
-  event.set_unix_millis(std::chrono::duration_cast<std::chrono::milliseconds>(
-                            clock_.Now().time_since_epoch())
-                            .count());
+  event.set_unix_millis(
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now().time_since_epoch())
+          .count());
   // Events are best effort: the KV record is the truth, a watcher re-reads it.
   (void)events_.Publish(bus::subjects::VolumeEvents(status.volume_id()), event.SerializeAsString());
 }

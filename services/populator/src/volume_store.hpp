@@ -8,7 +8,8 @@
 // keys and directory names whatever the name holds.
 //
 //   VolumeStore store(kv, bus, clock);
-//   auto updated = store.Mutate(id, [](v1::VolumeStatus& s) { s.set_progress("45.30%"); return true; });
+//   auto updated = store.Mutate(id, [](v1::VolumeStatus& s) { s.set_progress("45.30%"); return
+//   true; });
 #include <functional>
 #include <string>
 #include <utility>

@@ -54,19 +54,21 @@ class ImporterTest : public ::testing::Test {
                    " conv=notrunc status=none"),
                 0);
     }
-    ASSERT_EQ(Sh("cd " + d +
-                 " && qemu-img convert -f raw -O qcow2 disk.raw disk.qcow2"
-                 " && qemu-img convert -f qcow2 -O raw disk.qcow2 disk.qcow2.expected"
-                 " && gzip -1 -c disk.raw > disk.raw.gz && xz -0 -T1 -c disk.raw > disk.raw.xz"
-                 " && zstd -q -1 -c disk.raw > disk.raw.zst"
-                 " && gzip -1 -c disk.qcow2 > disk.qcow2.gz && xz -0 -T1 -c disk.qcow2 > disk.qcow2.xz"
-                 " && zstd -q -1 -c disk.qcow2 > disk.qcow2.zst"
-                 " && head -c 1000 disk.raw.gz > trunc.gz && printf 'KDMV\\001\\000\\000\\000' > disk.vmdk"
-                 " && (printf '\\037\\213\\010\\000'; head -c 100000 /dev/urandom) > garbage.gz"
-                 " && printf '<!DOCTYPE html><html>login</html>' > page.html"
-                 " && truncate -s 96M big.raw && qemu-img create -q -f qcow2 big.qcow2 96M"
-                 " && sync"),
-              0);
+    ASSERT_EQ(
+        Sh("cd " + d +
+           " && qemu-img convert -f raw -O qcow2 disk.raw disk.qcow2"
+           " && qemu-img convert -f qcow2 -O raw disk.qcow2 disk.qcow2.expected"
+           " && gzip -1 -c disk.raw > disk.raw.gz && xz -0 -T1 -c disk.raw > disk.raw.xz"
+           " && zstd -q -1 -c disk.raw > disk.raw.zst"
+           " && gzip -1 -c disk.qcow2 > disk.qcow2.gz && xz -0 -T1 -c disk.qcow2 > disk.qcow2.xz"
+           " && zstd -q -1 -c disk.qcow2 > disk.qcow2.zst"
+           " && head -c 1000 disk.raw.gz > trunc.gz && printf 'KDMV\\001\\000\\000\\000' > "
+           "disk.vmdk"
+           " && (printf '\\037\\213\\010\\000'; head -c 100000 /dev/urandom) > garbage.gz"
+           " && printf '<!DOCTYPE html><html>login</html>' > page.html"
+           " && truncate -s 96M big.raw && qemu-img create -q -f qcow2 big.qcow2 96M"
+           " && sync"),
+        0);
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*images_);
@@ -77,8 +79,8 @@ class ImporterTest : public ::testing::Test {
     vol_ = *images_ + "/vol-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(vol_);
     for (const char* f : {"disk.raw", "disk.qcow2", "disk.raw.gz", "disk.raw.xz", "disk.raw.zst",
-                          "disk.qcow2.gz", "disk.qcow2.xz", "disk.qcow2.zst", "trunc.gz", "disk.vmdk",
-                          "garbage.gz", "page.html", "big.raw", "big.qcow2"}) {
+                          "disk.qcow2.gz", "disk.qcow2.xz", "disk.qcow2.zst", "trunc.gz",
+                          "disk.vmdk", "garbage.gz", "page.html", "big.raw", "big.qcow2"}) {
       server_.Serve(std::string("/") + f, *images_ + "/" + f);
     }
     ASSERT_TRUE(server_.Start().ok());
@@ -123,8 +125,10 @@ TEST_F(ImporterTest, ImportsEveryFormatByteForByte) {
     std::string path, format, expected;
   };
   const Case cases[] = {
-      {"/disk.raw", "raw", "disk.raw"},           {"/disk.raw.gz", "raw.gz", "disk.raw"},
-      {"/disk.raw.xz", "raw.xz", "disk.raw"},     {"/disk.raw.zst", "raw.zst", "disk.raw"},
+      {"/disk.raw", "raw", "disk.raw"},
+      {"/disk.raw.gz", "raw.gz", "disk.raw"},
+      {"/disk.raw.xz", "raw.xz", "disk.raw"},
+      {"/disk.raw.zst", "raw.zst", "disk.raw"},
       {"/disk.qcow2", "qcow2", "disk.qcow2.expected"},
       {"/disk.qcow2.gz", "qcow2.gz", "disk.qcow2.expected"},
       {"/disk.qcow2.xz", "qcow2.xz", "disk.qcow2.expected"},
@@ -208,15 +212,18 @@ TEST_F(ImporterTest, FailsBadSourcesWithClearMessages) {
     std::string message;
   };
   const Case cases[] = {
-      {"/missing.img", kImageSize, "", absl::StatusCode::kNotFound, "HTTP 404 Not Found from http://"},
-      {"/disk.raw", kImageSize, std::string(64, '0'), absl::StatusCode::kDataLoss, "sha256 mismatch"},
+      {"/missing.img", kImageSize, "", absl::StatusCode::kNotFound,
+       "HTTP 404 Not Found from http://"},
+      {"/disk.raw", kImageSize, std::string(64, '0'), absl::StatusCode::kDataLoss,
+       "sha256 mismatch"},
       {"/big.raw", kImageSize, "", absl::StatusCode::kOutOfRange,
        "image is 100663296 bytes, larger than the volume capacity of 50331648 bytes"},
       {"/big.qcow2", kImageSize, "", absl::StatusCode::kOutOfRange,
        "image virtual size is 100663296 bytes, larger than the volume capacity"},
       {"/disk.raw.zst", 16 << 20, "", absl::StatusCode::kOutOfRange,
        "larger than the volume capacity of 16777216 bytes"},
-      {"/trunc.gz", kImageSize, "", absl::StatusCode::kDataLoss, "gz: compressed stream is truncated"},
+      {"/trunc.gz", kImageSize, "", absl::StatusCode::kDataLoss,
+       "gz: compressed stream is truncated"},
       {"/garbage.gz", kImageSize, "", absl::StatusCode::kDataLoss, "gz: invalid compressed data"},
       {"/disk.vmdk", kImageSize, "", absl::StatusCode::kInvalidArgument,
        "unsupported image format: vmdk"},
@@ -259,8 +266,9 @@ TEST_F(ImporterTest, ResumesRawImageWithRange) {
   auto first = Run(spec, opts);
   ASSERT_FALSE(first.ok());
   EXPECT_EQ(first.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(std::string(first.status().message()).find("HTTP body truncated: received 20971520 of "
-                                                       "50331648 bytes"),
+  EXPECT_NE(std::string(first.status().message())
+                .find("HTTP body truncated: received 20971520 of "
+                      "50331648 bytes"),
             std::string::npos)
       << first.status();
   EXPECT_FALSE(IsPermanent(first.status()));
@@ -338,7 +346,8 @@ TEST_F(ImporterTest, ImportsAStream) {
 
 // Tests that URL parsing names the field and never echoes credentials in the redacted form.
 TEST(UrlTest, ParsesAndRedacts) {
-  auto u = ParseUrl("https://user:pw@mirror.example:8443/img/cirros.qcow2?token=abc", "wisp.dev/source-url");
+  auto u = ParseUrl("https://user:pw@mirror.example:8443/img/cirros.qcow2?token=abc",
+                    "wisp.dev/source-url");
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(u->host, "mirror.example");
   EXPECT_EQ(u->port, "8443");

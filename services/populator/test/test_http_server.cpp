@@ -88,7 +88,8 @@ struct TestHttpServer::Impl {
     res.set(http::field::content_type, "application/octet-stream");
     if (partial) {
       res.set(http::field::content_range, "bytes " + std::to_string(start) + "-" +
-                                              std::to_string(size - 1) + "/" + std::to_string(size));
+                                              std::to_string(size - 1) + "/" +
+                                              std::to_string(size));
     }
     res.content_length(size - start);
     res.keep_alive(false);
@@ -111,7 +112,8 @@ struct TestHttpServer::Impl {
       if (ec) break;
       sent += static_cast<uint64_t>(got);
       if (entry.options.bytes_per_second > 0) {
-        auto due = t0 + std::chrono::microseconds(sent * 1'000'000 / entry.options.bytes_per_second);
+        auto due =
+            t0 + std::chrono::microseconds(sent * 1'000'000 / entry.options.bytes_per_second);
         std::this_thread::sleep_until(due);
       }
     }
@@ -188,7 +190,8 @@ void TestHttpServer::Stop() {
 }
 
 std::string TestHttpServer::Url(const std::string& path) const {
-  return std::string(impl_->tls ? "https" : "http") + "://127.0.0.1:" + std::to_string(port_) + path;
+  return std::string(impl_->tls ? "https" : "http") + "://127.0.0.1:" + std::to_string(port_) +
+         path;
 }
 
 std::vector<std::string> TestHttpServer::RangeRequests() const {

@@ -33,10 +33,12 @@ class VolumeServiceTest : public ::testing::Test {
     std::filesystem::remove_all(root_);
     std::filesystem::create_directories(root_ + "/images");
     images_ = root_ + "/images";
-    ASSERT_EQ(Sh("cd " + images_ + " && truncate -s 8M disk.raw && dd if=/dev/urandom of=disk.raw "
-                 "bs=1M count=1 seek=2 conv=notrunc status=none && qemu-img convert -f raw -O qcow2 "
-                 "disk.raw disk.qcow2 && xz -0 -c disk.qcow2 > disk.qcow2.xz"),
-              0);
+    ASSERT_EQ(
+        Sh("cd " + images_ +
+           " && truncate -s 8M disk.raw && dd if=/dev/urandom of=disk.raw "
+           "bs=1M count=1 seek=2 conv=notrunc status=none && qemu-img convert -f raw -O qcow2 "
+           "disk.raw disk.qcow2 && xz -0 -c disk.qcow2 > disk.qcow2.xz"),
+        0);
     server_.Serve("/disk.raw", images_ + "/disk.raw");
     server_.Serve("/disk.qcow2.xz", images_ + "/disk.qcow2.xz");
     ASSERT_TRUE(server_.Start().ok());
@@ -50,7 +52,8 @@ class VolumeServiceTest : public ::testing::Test {
     jc.node_name = "node-a";
     jc.volume_root = root_ + "/vols";
     jc.max_attempts = 2;
-    runner_ = std::make_unique<JobRunner>(bus_.Js(), service_->store(), importer_, metrics_, clock_, jc);
+    runner_ =
+        std::make_unique<JobRunner>(bus_.Js(), service_->store(), importer_, metrics_, clock_, jc);
     ASSERT_TRUE(runner_->EnsureStream().ok());
     consumer_ = *runner_->Subscribe();
   }
@@ -59,7 +62,8 @@ class VolumeServiceTest : public ::testing::Test {
     std::filesystem::remove_all(root_);
   }
 
-  absl::StatusOr<v1::VolumeStatus> Create(v1::VolumeSpec spec, std::string_view subject = subjects::kVolumeCreate) {
+  absl::StatusOr<v1::VolumeStatus> Create(v1::VolumeSpec spec,
+                                          std::string_view subject = subjects::kVolumeCreate) {
     v1::CreateVolumeRequest req;
     *req.mutable_spec() = std::move(spec);
     auto resp = bus::Call<v1::CreateVolumeResponse>(bus_, subject, req, 2s);
@@ -142,7 +146,8 @@ TEST_F(VolumeServiceTest, CreateIsIdempotentByName) {
   EXPECT_NE(std::string(st.message()).find("different source"), std::string::npos);
 }
 
-// Tests the StorageClass path: url, format and sha256 parameters; qcow2.xz converted; status says so.
+// Tests the StorageClass path: url, format and sha256 parameters; qcow2.xz converted; status says
+// so.
 TEST_F(VolumeServiceTest, ImportsFromStorageClassParameters) {
   std::string sha = ReadFileOrDie(images_ + "/disk.qcow2.xz").empty() ? "" : "";
   ASSERT_EQ(Sh("sha256sum " + images_ + "/disk.qcow2.xz | cut -c1-64 > " + images_ + "/sum"), 0);
@@ -166,9 +171,12 @@ TEST_F(VolumeServiceTest, RejectsBadParameters) {
   auto st = Create(Spec("pvc-bad", {{kParamSourceUrl, "ftp://x/y"}})).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(st.message()).find(kParamSourceUrl), std::string::npos) << st;
-  st = Create(Spec("pvc-bad2", {{kParamSourceUrl, server_.Url("/disk.raw")}, {kParamSha256, "12"}})).status();
+  st = Create(Spec("pvc-bad2", {{kParamSourceUrl, server_.Url("/disk.raw")}, {kParamSha256, "12"}}))
+           .status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  st = Create(Spec("pvc-bad3", {{kParamSourceUrl, server_.Url("/disk.raw")}, {kParamSourceFormat, "vmdk"}})).status();
+  st = Create(Spec("pvc-bad3",
+                   {{kParamSourceUrl, server_.Url("/disk.raw")}, {kParamSourceFormat, "vmdk"}}))
+           .status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -226,7 +234,8 @@ TEST_F(VolumeServiceTest, ClonesWithinNamespaceOnly) {
   cross.mutable_source()->mutable_clone()->set_volume_id(src->volume_id());
   auto st = Create(cross).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(st.message()).find("cross-namespace clone is not supported"), std::string::npos);
+  EXPECT_NE(std::string(st.message()).find("cross-namespace clone is not supported"),
+            std::string::npos);
 }
 
 // Tests that a permanent error fails the volume with the message and terminates the job.
@@ -277,7 +286,8 @@ TEST_F(VolumeServiceTest, GivesUpAfterMaxAttempts) {
   ASSERT_TRUE(RunJob());
   auto status = Get(created->volume_id());
   EXPECT_EQ(status.phase(), v1::FAILED);
-  EXPECT_NE(status.message().find("(gave up after 2 attempts)"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("(gave up after 2 attempts)"), std::string::npos)
+      << status.message();
 }
 
 // Tests that a job whose runner died unacked is redelivered after ack_wait and completes.

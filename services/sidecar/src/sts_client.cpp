@@ -73,11 +73,10 @@ absl::StatusOr<std::unique_ptr<HttpStsClient>> HttpStsClient::Create(StsOptions 
 
 absl::StatusOr<AccessToken> HttpStsClient::Exchange(const std::string& subject_token) {
   const auto& o = impl_->options;
-  std::string body = std::string("grant_type=") + FormEscape(kGrant) +
-                     "&subject_token=" + FormEscape(subject_token) +
-                     "&subject_token_type=" + FormEscape(kJwt) +
-                     "&requested_token_type=" + FormEscape(kAccess) +
-                     "&audience=" + FormEscape(o.audience);
+  std::string body =
+      std::string("grant_type=") + FormEscape(kGrant) +
+      "&subject_token=" + FormEscape(subject_token) + "&subject_token_type=" + FormEscape(kJwt) +
+      "&requested_token_type=" + FormEscape(kAccess) + "&audience=" + FormEscape(o.audience);
   if (!o.scope.empty()) body += "&scope=" + FormEscape(o.scope);
   int status = 0;
   std::string text;

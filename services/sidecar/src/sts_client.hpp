@@ -33,8 +33,8 @@ class StsClient {
 };
 
 struct StsOptions {
-  std::string url;       // https://host:port/v1/token
-  std::string ca_file;   // PEM CA bundle that signed the gateway's certificate
+  std::string url;      // https://host:port/v1/token
+  std::string ca_file;  // PEM CA bundle that signed the gateway's certificate
   std::string audience;
   std::string scope;
   std::chrono::seconds timeout{10};

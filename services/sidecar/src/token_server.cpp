@@ -9,7 +9,8 @@
 namespace wisp::sidecar {
 
 std::string FormatRfc3339Nano(std::chrono::system_clock::time_point t) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   int64_t secs = ns / 1'000'000'000;
   int64_t frac = ns % 1'000'000'000;
   if (frac < 0) {
@@ -97,7 +98,8 @@ absl::StatusOr<CachedToken> TokenServer::Get() {
 http::Response TokenServer::Handle(const http::Request&) {
   auto t = Get();
   if (!t.ok()) {
-    return http::Response::Error(500, "failed to fetch token: " + std::string(t.status().message()));
+    return http::Response::Error(500,
+                                 "failed to fetch token: " + std::string(t.status().message()));
   }
   nlohmann::json body = {{"access_token", t->access_token},
                          {"token_type", t->token_type},

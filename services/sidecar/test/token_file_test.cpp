@@ -10,7 +10,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Writes a kubelet-style projection: ts dir, ..data symlink swapped by rename, token -> ..data/token.
+// Writes a kubelet-style projection: ts dir, ..data symlink swapped by rename, token ->
+// ..data/token.
 void Publish(const fs::path& dir, const std::string& name, const std::string& content) {
   const fs::path ts = dir / ("..ts_" + name);
   fs::create_directories(ts);
@@ -19,7 +20,8 @@ void Publish(const fs::path& dir, const std::string& name, const std::string& co
   fs::remove(tmp);
   fs::create_symlink(ts.filename(), tmp);
   fs::rename(tmp, dir / "..data");
-  if (!fs::exists(fs::symlink_status(dir / "token"))) fs::create_symlink("..data/token", dir / "token");
+  if (!fs::exists(fs::symlink_status(dir / "token")))
+    fs::create_symlink("..data/token", dir / "token");
 }
 
 // Tests that the file is read once, cached, and re-read when ..data is swapped.

@@ -35,13 +35,17 @@ std::string NewUuid() {
 
 Issuer::Issuer(const KeyManager& keys, const Policy& policy, Clock& clock, TokenMetrics& metrics,
                Options options)
-    : keys_(keys), policy_(policy), clock_(clock), metrics_(metrics),
+    : keys_(keys),
+      policy_(policy),
+      clock_(clock),
+      metrics_(metrics),
       options_(std::move(options)) {}
 
 absl::StatusOr<jwt::Algorithm> Issuer::AlgorithmFor(std::string_view name) const {
   if (name.empty()) return options_.default_algorithm;
   auto alg = jwt::ParseAlgorithm(name);
-  if (!alg.ok()) return absl::InvalidArgumentError("algorithm: " + std::string(alg.status().message()));
+  if (!alg.ok())
+    return absl::InvalidArgumentError("algorithm: " + std::string(alg.status().message()));
   return alg;
 }
 
@@ -73,14 +77,15 @@ absl::StatusOr<v1::IssueResponse> Issuer::Issue(const v1::IssueRequest& req) con
   }
   const NamespacePolicy* ns = policy_.ForNamespace(s.namespace_());
   int64_t cap = policy_.max_expiration_seconds;
-  if (ns != nullptr && ns->max_expiration_seconds > 0) cap = std::min(cap, ns->max_expiration_seconds);
+  if (ns != nullptr && ns->max_expiration_seconds > 0)
+    cap = std::min(cap, ns->max_expiration_seconds);
   exp_s = std::min(exp_s, cap);
 
   std::vector<std::string> auds(req.audiences().begin(), req.audiences().end());
   if (auds.empty()) auds = policy_.default_audiences;
   if (auds.empty()) {
-    return fail("invalid_audience", absl::InvalidArgumentError(
-                                        "audiences: none given and the policy has no default"));
+    return fail("invalid_audience",
+                absl::InvalidArgumentError("audiences: none given and the policy has no default"));
   }
   for (const auto& a : auds) {
     if (a.empty()) {
@@ -96,9 +101,9 @@ absl::StatusOr<v1::IssueResponse> Issuer::Issue(const v1::IssueRequest& req) con
   auto alg = AlgorithmFor(req.algorithm());
   if (!alg.ok()) return fail("invalid_algorithm", alg.status());
 
-  nlohmann::json k8s = {{"namespace", s.namespace_()},
-                        {"serviceaccount",
-                         {{"name", s.service_account()}, {"uid", s.service_account_uid()}}}};
+  nlohmann::json k8s = {
+      {"namespace", s.namespace_()},
+      {"serviceaccount", {{"name", s.service_account()}, {"uid", s.service_account_uid()}}}};
   if (!s.pod_name().empty()) k8s["pod"] = {{"name", s.pod_name()}, {"uid", s.pod_uid()}};
   if (!s.node_name().empty()) k8s["node"] = {{"name", s.node_name()}};
   nlohmann::json claims = {

@@ -19,8 +19,12 @@ std::shared_ptr<spdlog::logger> Logger() {
 
 KeyManager::KeyManager(bus::KeyValue& kv, jwt::Kek kek, Clock& clock, Options options,
                        TokenMetrics* metrics)
-    : kv_(kv), kek_(std::move(kek)), clock_(clock), options_(std::move(options)),
-      metrics_(metrics), snap_(std::make_shared<KeySnapshot>()) {
+    : kv_(kv),
+      kek_(std::move(kek)),
+      clock_(clock),
+      options_(std::move(options)),
+      metrics_(metrics),
+      snap_(std::make_shared<KeySnapshot>()) {
   if (metrics_) {
     metrics_->key_rotation_period_seconds.Set(
         static_cast<double>(options_.rotation_period.count()));
@@ -73,8 +77,8 @@ absl::StatusOr<bool> KeyManager::Change(bool force) {
   bool changed = false;
   WISP_ASSIGN_OR_RETURN(std::string next, Plan(exists ? &entry->value : nullptr, force, &changed));
   if (!changed) return false;
-  absl::StatusOr<uint64_t> rev = exists ? kv_.Update(kKeySetKey, next, entry->revision)
-                                        : kv_.Create(kKeySetKey, next);
+  absl::StatusOr<uint64_t> rev =
+      exists ? kv_.Update(kKeySetKey, next, entry->revision) : kv_.Create(kKeySetKey, next);
   if (!rev.ok()) {
     if (rev.status().code() == absl::StatusCode::kAborted ||
         rev.status().code() == absl::StatusCode::kAlreadyExists) {
@@ -113,8 +117,8 @@ absl::StatusOr<std::string> KeyManager::Plan(const std::string* current, bool fo
     auto alg = jwt::ParseAlgorithm(k.value("alg", ""));
     if (!alg.ok()) return absl::DataLossError("stored key has an unknown alg");
     if (retired == 0) {
-      const bool due = force || k.value("created", int64_t{0}) +
-                                        options_.rotation_period.count() <= now;
+      const bool due =
+          force || k.value("created", int64_t{0}) + options_.rotation_period.count() <= now;
       if (due) {
         k["retired"] = now;
         k["drop_after"] = now + options_.longest_token.count() + kDropSlackSeconds;
@@ -169,7 +173,8 @@ absl::Status KeyManager::Load(const bus::KvEntry& entry) {
     info.drop_after_unix = k.value("drop_after", int64_t{0});
     auto pub = jwt::PublicKey::FromJwk(k.value("public", nlohmann::json::object()));
     if (!pub.ok()) return Annotate(pub.status(), "stored key " + info.kid);
-    if (pub->kid() != info.kid) return absl::DataLossError("stored key " + info.kid + ": kid mismatch");
+    if (pub->kid() != info.kid)
+      return absl::DataLossError("stored key " + info.kid + ": kid mismatch");
     if (info.retired_unix == 0) {
       auto sealed = jwt::Base64Decode(k.value("sealed", ""));
       if (!sealed.ok()) return absl::DataLossError("stored key " + info.kid + ": bad sealed value");

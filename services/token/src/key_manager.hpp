@@ -73,8 +73,7 @@ class KeyManager {
     jwt::Algorithm default_algorithm = jwt::Algorithm::kRS256;
   };
 
-  KeyManager(bus::KeyValue& kv, jwt::Kek kek, Clock& clock, Options options,
-             TokenMetrics* metrics);
+  KeyManager(bus::KeyValue& kv, jwt::Kek kek, Clock& clock, Options options, TokenMetrics* metrics);
   ~KeyManager();
 
   absl::Status Start();

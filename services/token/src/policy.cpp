@@ -9,7 +9,8 @@
 namespace wisp::token {
 namespace {
 
-absl::StatusOr<std::vector<std::string>> StringList(const YAML::Node& node, const std::string& key) {
+absl::StatusOr<std::vector<std::string>> StringList(const YAML::Node& node,
+                                                    const std::string& key) {
   std::vector<std::string> out;
   if (!node) return out;
   if (!node.IsSequence()) return absl::InvalidArgumentError(key + ": must be a list of strings");
@@ -50,17 +51,16 @@ absl::StatusOr<Policy> Parse(const YAML::Node& root) {
       if (!kv.second.IsMap()) return absl::InvalidArgumentError(key + ": must be a mapping");
       NamespacePolicy np;
       WISP_ASSIGN_OR_RETURN(np.audiences, StringList(kv.second["audiences"], key + ".audiences"));
-      WISP_ASSIGN_OR_RETURN(np.max_expiration_seconds,
-                            Seconds(kv.second["maxExpirationSeconds"],
-                                    key + ".maxExpirationSeconds", 0));
+      WISP_ASSIGN_OR_RETURN(np.max_expiration_seconds, Seconds(kv.second["maxExpirationSeconds"],
+                                                               key + ".maxExpirationSeconds", 0));
       p.namespaces.emplace(name, std::move(np));
     }
   }
   if (const auto ex = root["exchange"]; ex) {
     if (!ex.IsMap()) return absl::InvalidArgumentError("exchange: must be a mapping");
-    WISP_ASSIGN_OR_RETURN(p.access_token_lifetime_seconds,
-                          Seconds(ex["accessTokenLifetimeSeconds"],
-                                  "exchange.accessTokenLifetimeSeconds", 3600));
+    WISP_ASSIGN_OR_RETURN(
+        p.access_token_lifetime_seconds,
+        Seconds(ex["accessTokenLifetimeSeconds"], "exchange.accessTokenLifetimeSeconds", 3600));
     WISP_ASSIGN_OR_RETURN(p.subject_audiences,
                           StringList(ex["subjectAudiences"], "exchange.subjectAudiences"));
     if (const auto rules = ex["rules"]; rules) {
@@ -104,12 +104,14 @@ absl::StatusOr<Policy> Parse(const YAML::Node& root) {
         return absl::InvalidArgumentError(key + ".audiences: at least one is required");
       }
       std::ifstream in(issuer.jwks_file);
-      if (!in) return absl::InvalidArgumentError(key + ".jwksFile: cannot read " + issuer.jwks_file);
+      if (!in)
+        return absl::InvalidArgumentError(key + ".jwksFile: cannot read " + issuer.jwks_file);
       std::stringstream ss;
       ss << in.rdbuf();
       auto keys = jwt::KeySet::FromJwks(ss.str());
       if (!keys.ok()) {
-        return absl::InvalidArgumentError(key + ".jwksFile: " + std::string(keys.status().message()));
+        return absl::InvalidArgumentError(key +
+                                          ".jwksFile: " + std::string(keys.status().message()));
       }
       issuer.keys = std::move(*keys);
       p.trusted_issuers.push_back(std::move(issuer));

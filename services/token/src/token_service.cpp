@@ -43,8 +43,13 @@ v1::KeysResponse BuildKeysResponse(const std::string& issuer, const std::string&
 TokenService::TokenService(bus::Service& service, bus::Publisher& publisher, KeyManager& keys,
                            const Issuer& issuer, const Reviewer& reviewer,
                            const Exchanger& exchanger, Options options)
-    : service_(service), publisher_(publisher), keys_(keys), issuer_(issuer),
-      reviewer_(reviewer), exchanger_(exchanger), options_(std::move(options)) {}
+    : service_(service),
+      publisher_(publisher),
+      keys_(keys),
+      issuer_(issuer),
+      reviewer_(reviewer),
+      exchanger_(exchanger),
+      options_(std::move(options)) {}
 
 TokenService::~TokenService() { Stop(); }
 

@@ -98,7 +98,8 @@ TEST(ExchangerExternalTest, TrustsConfiguredExternalIssuer) {
 exchange:
   rules: [{namespace: ml, audiences: [storage.wisp.dev]}]
 trustedIssuers:
-  - {issuer: "https://kubernetes.default.svc", jwksFile: ")") + jwks + R"(", audiences: [wisp-sts]}
+  - {issuer: "https://kubernetes.default.svc", jwksFile: ")") +
+                           jwks + R"(", audiences: [wisp-sts]}
 )";
   testing::Env env(yaml.c_str());
   ASSERT_TRUE(env.keys->Start().ok());

@@ -62,7 +62,8 @@ TEST_F(IssuerTest, EnforcesExpirationLimits) {
     if (c.want == 0) {
       ASSERT_FALSE(resp.ok());
       EXPECT_EQ(resp.status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_EQ(std::string(resp.status().message()), std::string("expirationSeconds: ") + c.message);
+      EXPECT_EQ(std::string(resp.status().message()),
+                std::string("expirationSeconds: ") + c.message);
     } else {
       ASSERT_TRUE(resp.ok()) << resp.status();
       EXPECT_EQ(resp->expiration_unix() - resp->issued_at_unix(), c.want);

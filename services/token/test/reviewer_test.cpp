@@ -57,8 +57,10 @@ TEST_F(ReviewerTest, RefusesTokensOfDroppedKey) {
   ASSERT_TRUE(*env_.keys->Tick());
   ASSERT_EQ(env_.keys->Current()->public_keys.Find(key.kid()), nullptr);
   const int64_t now = env_.clock.NowUnixSeconds();
-  nlohmann::json c = {{"iss", testing::kIssuer}, {"sub", "system:serviceaccount:ml:loader"},
-                      {"iat", now - 90000}, {"exp", now + 600}};
+  nlohmann::json c = {{"iss", testing::kIssuer},
+                      {"sub", "system:serviceaccount:ml:loader"},
+                      {"iat", now - 90000},
+                      {"exp", now + 600}};
   auto r = Review(*jwt::Sign(key, c.dump()));
   EXPECT_FALSE(r.authenticated());
   EXPECT_NE(r.error().find("not a known key"), std::string::npos);
@@ -81,8 +83,12 @@ TEST_F(ReviewerTest, RefusesTokenSignedByRetiredKeyAfterRetirement) {
   ASSERT_TRUE(*env_.keys->Tick());
   env_.clock.Advance(std::chrono::minutes(5));
   const int64_t now = env_.clock.NowUnixSeconds();
-  nlohmann::json c = {{"iss", testing::kIssuer}, {"sub", "system:serviceaccount:ml:loader"},
-                      {"aud", {"vault"}}, {"iat", now}, {"nbf", now}, {"exp", now + 600}};
+  nlohmann::json c = {{"iss", testing::kIssuer},
+                      {"sub", "system:serviceaccount:ml:loader"},
+                      {"aud", {"vault"}},
+                      {"iat", now},
+                      {"nbf", now},
+                      {"exp", now + 600}};
   auto r = Review(*jwt::Sign(key, c.dump()));
   EXPECT_FALSE(r.authenticated());
   EXPECT_NE(r.error().find("after that key was retired"), std::string::npos);
@@ -93,12 +99,15 @@ TEST_F(ReviewerTest, RefusesForgedTokens) {
   const std::string token = Issue();
   const size_t d2 = token.rfind('.');
   const std::string payload = token.substr(token.find('.') + 1, d2 - token.find('.') - 1);
-  const std::string none = jwt::Base64UrlEncode(R"({"alg":"none","typ":"JWT"})") + "." + payload + ".";
+  const std::string none =
+      jwt::Base64UrlEncode(R"({"alg":"none","typ":"JWT"})") + "." + payload + ".";
   EXPECT_FALSE(Review(none).authenticated());
   auto stranger = *jwt::PrivateKey::Generate(jwt::Algorithm::kRS256);
   const int64_t now = env_.clock.NowUnixSeconds();
-  nlohmann::json c = {{"iss", testing::kIssuer}, {"sub", "system:serviceaccount:ml:loader"},
-                      {"iat", now}, {"exp", now + 600}};
+  nlohmann::json c = {{"iss", testing::kIssuer},
+                      {"sub", "system:serviceaccount:ml:loader"},
+                      {"iat", now},
+                      {"exp", now + 600}};
   auto r = Review(*jwt::Sign(stranger, c.dump()));
   EXPECT_FALSE(r.authenticated());
   EXPECT_NE(r.error().find("not a known key"), std::string::npos);

@@ -14,12 +14,12 @@ class TokenServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(env_.keys->Start().ok());
-    auto sub = env_.bus.Subscribe(bus::subjects::kTokenKeysChanged, "",
-                                  [this](const bus::Message& m) {
-                                    v1::KeysResponse k;
-                                    k.ParseFromString(m.data);
-                                    changes_.push_back(k);
-                                  });
+    auto sub =
+        env_.bus.Subscribe(bus::subjects::kTokenKeysChanged, "", [this](const bus::Message& m) {
+          v1::KeysResponse k;
+          k.ParseFromString(m.data);
+          changes_.push_back(k);
+        });
     keys_sub_ = std::move(*sub);
     service_ = *bus::Service::Start(env_.bus, {.name = "wisp-token", .version = "0.1.0"});
     svc_ = std::make_unique<TokenService>(
@@ -89,8 +89,8 @@ TEST_F(TokenServiceTest, PublishesKeyChanges) {
 TEST_F(TokenServiceTest, ExchangeRefusalIsAnAnswer) {
   v1::ExchangeRequest req;
   req.set_grant_type("password");
-  auto resp = bus::Call<v1::ExchangeResponse>(env_.bus, bus::subjects::kTokenExchange, req,
-                                              seconds(2));
+  auto resp =
+      bus::Call<v1::ExchangeResponse>(env_.bus, bus::subjects::kTokenExchange, req, seconds(2));
   ASSERT_TRUE(resp.ok());
   EXPECT_EQ(resp->error(), "unsupported_grant_type");
   EXPECT_EQ(resp->http_status(), 400);

@@ -136,7 +136,8 @@ AdmitResult AdmitManifests(const std::vector<Json>& manifests, const AdmitOption
     const std::string api_version = k8s::GetString(doc, {"apiVersion"});
     const std::string kind = k8s::GetString(doc, {"kind"});
     const std::string name = k8s::GetString(doc, {"metadata", "name"});
-    const std::string ns = k8s::GetString(doc, {"metadata", "namespace"}, options.default_namespace);
+    const std::string ns =
+        k8s::GetString(doc, {"metadata", "namespace"}, options.default_namespace);
     v1::AdmissionCall call;
     call.set_uid("wispctl-" + std::to_string(i + 1));
     call.mutable_kind()->set_group(Group(api_version));
@@ -151,8 +152,8 @@ AdmitResult AdmitManifests(const std::vector<Json>& manifests, const AdmitOption
     call.set_dry_run(options.dry_run);
     call.set_server_version(options.kubernetes_version);
 
-    Json report = {{"document", i + 1}, {"kind", api_version + " " + kind},
-                   {"name", ns + "/" + name}};
+    Json report = {
+        {"document", i + 1}, {"kind", api_version + " " + kind}, {"name", ns + "/" + name}};
     Json object = doc;
     Json patch = Json::array();
     Json warnings = Json::array();
@@ -182,8 +183,8 @@ AdmitResult AdmitManifests(const std::vector<Json>& manifests, const AdmitOption
         auto p = k8s::ParseJson(verdict->patch(), "patch");
         auto applied = p.ok() ? k8s::ApplyPatch(object, *p) : p.status();
         if (!applied.ok()) {
-          report[step]["error"] = "the patch does not apply: " +
-                                  std::string(applied.status().message());
+          report[step]["error"] =
+              "the patch does not apply: " + std::string(applied.status().message());
           allowed = false;
           return false;
         }
@@ -219,8 +220,7 @@ int RunAdmit(const std::vector<std::string>& args) {
                "Manifest file (YAML or JSON, several documents allowed); - is stdin. Also -f.");
   flags.Env("WISPCTL_ADMIT_FILE");
   flags.Enum("operation", &options.operation, {"CREATE", "UPDATE"}, "Admission operation.");
-  flags.Bool("validate", &options.validate,
-             "Also run the validating rules on the mutated object.");
+  flags.Bool("validate", &options.validate, "Also run the validating rules on the mutated object.");
   flags.String("namespace", &options.default_namespace,
                "Namespace for documents without metadata.namespace.");
   flags.String("policy-file", &policy_file, "Rules file for local evaluation (default built-in).");
@@ -269,17 +269,14 @@ int RunAdmit(const std::vector<std::string>& args) {
       std::cerr << "wispctl admit: " << bus.status().message() << "\n";
       return 1;
     }
-    result = AdmitManifests(*manifests, options,
-                            [&](const v1::AdmissionCall& call, bool mutate) {
-                              return bus::Call<v1::AdmissionVerdict>(
-                                  **bus,
-                                  mutate ? bus::subjects::kPolicyMutate
-                                         : bus::subjects::kPolicyValidate,
-                                  call, connection.timeout);
-                            });
+    result = AdmitManifests(*manifests, options, [&](const v1::AdmissionCall& call, bool mutate) {
+      return bus::Call<v1::AdmissionVerdict>(
+          **bus, mutate ? bus::subjects::kPolicyMutate : bus::subjects::kPolicyValidate, call,
+          connection.timeout);
+    });
   } else {
-    auto policy = policy_file.empty() ? policy::ParsePolicyYaml("")
-                                      : policy::LoadPolicyFile(policy_file);
+    auto policy =
+        policy_file.empty() ? policy::ParsePolicyYaml("") : policy::LoadPolicyFile(policy_file);
     if (!policy.ok()) {
       std::cerr << "wispctl admit: --policy-file: " << policy.status().message() << "\n";
       return 2;

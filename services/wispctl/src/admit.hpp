@@ -42,8 +42,8 @@ struct AdmitOptions {
 };
 
 // (call, mutate) -> verdict; the local PolicyService or the bus.
-using Decider = std::function<absl::StatusOr<v1::AdmissionVerdict>(const v1::AdmissionCall&,
-                                                                   bool mutate)>;
+using Decider =
+    std::function<absl::StatusOr<v1::AdmissionVerdict>(const v1::AdmissionCall&, bool mutate)>;
 
 struct AdmitResult {
   std::string output;  // YAML

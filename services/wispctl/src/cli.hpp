@@ -27,7 +27,8 @@ void AddConnectionFlags(config::Flags& flags, Connection& connection);
 absl::StatusOr<std::unique_ptr<bus::Bus>> Connect(const Connection& connection);
 
 // Parses `args` with `flags` (argv[0] is the command name); on --help prints and returns 0 through
-// `exit_code`, on a bad flag prints one line and returns 2. Returns true when the command should run.
+// `exit_code`, on a bad flag prints one line and returns 2. Returns true when the command should
+// run.
 bool ParseCommand(config::Flags& flags, const std::string& command,
                   const std::vector<std::string>& args, int& exit_code);
 

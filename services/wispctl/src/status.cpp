@@ -33,13 +33,14 @@ std::string FormatStatus(const std::vector<bus::ServiceInstance>& instances) {
     const std::string count = std::to_string(counts[i.name]);
     if (i.endpoints.empty()) {
       std::snprintf(line, sizeof(line), "%-16s %-9s %-24s %-10s %-34s %9s %7s %10s\n",
-                    i.name.c_str(), count.c_str(), i.id.c_str(), i.version.c_str(), "-", "-", "-", "-");
+                    i.name.c_str(), count.c_str(), i.id.c_str(), i.version.c_str(), "-", "-", "-",
+                    "-");
       o << line;
     }
     for (const auto& e : i.endpoints) {
       std::snprintf(line, sizeof(line), "%-16s %-9s %-24s %-10s %-34s %9llu %7llu %10s\n",
-                    i.name.c_str(), count.c_str(), i.id.c_str(), i.version.c_str(), e.subject.c_str(),
-                    static_cast<unsigned long long>(e.num_requests),
+                    i.name.c_str(), count.c_str(), i.id.c_str(), i.version.c_str(),
+                    e.subject.c_str(), static_cast<unsigned long long>(e.num_requests),
                     static_cast<unsigned long long>(e.num_errors),
                     Millis(e.average_processing_time_ns).c_str());
       o << line;
@@ -54,13 +55,19 @@ std::string FormatStatusJson(const std::vector<bus::ServiceInstance>& instances)
   for (const auto& i : instances) {
     nlohmann::json endpoints = nlohmann::json::array();
     for (const auto& e : i.endpoints) {
-      endpoints.push_back({{"name", e.name}, {"subject", e.subject}, {"queue_group", e.queue_group},
-                           {"num_requests", e.num_requests}, {"num_errors", e.num_errors},
+      endpoints.push_back({{"name", e.name},
+                           {"subject", e.subject},
+                           {"queue_group", e.queue_group},
+                           {"num_requests", e.num_requests},
+                           {"num_errors", e.num_errors},
                            {"last_error", e.last_error},
                            {"average_processing_time", e.average_processing_time_ns}});
     }
-    out.push_back({{"name", i.name}, {"id", i.id}, {"version", i.version},
-                   {"description", i.description}, {"started", i.started},
+    out.push_back({{"name", i.name},
+                   {"id", i.id},
+                   {"version", i.version},
+                   {"description", i.description},
+                   {"started", i.started},
                    {"endpoints", endpoints}});
   }
   return out.dump(2) + "\n";

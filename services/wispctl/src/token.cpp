@@ -117,7 +117,8 @@ int Verify(const std::vector<std::string>& args) {
   nlohmann::json out;
   if (!jwks_file.empty()) {
     std::ifstream in(jwks_file);
-    if (!in) return Fail("verify", absl::InvalidArgumentError("jwks-file: cannot read " + jwks_file));
+    if (!in)
+      return Fail("verify", absl::InvalidArgumentError("jwks-file: cannot read " + jwks_file));
     std::stringstream ss;
     ss << in.rdbuf();
     auto keys = jwt::KeySet::FromJwks(ss.str());
@@ -131,7 +132,9 @@ int Verify(const std::vector<std::string>& args) {
     opts.leeway = std::chrono::seconds(60);
     auto v = jwt::Verify(*text, *keys, opts);
     if (!v.ok()) {
-      std::cout << nlohmann::json{{"authenticated", false}, {"error", std::string(v.status().message())}}.dump(2)
+      std::cout << nlohmann::json{{"authenticated", false},
+                                  {"error", std::string(v.status().message())}}
+                       .dump(2)
                 << "\n";
       return 1;
     }

@@ -48,7 +48,8 @@ std::string ReadFile(const std::string& path, bool& ok) {
 
 bool IsVolumeId(const std::string& s) {
   if (s.size() != 26 || s.rfind("v-", 0) != 0) return false;
-  return std::all_of(s.begin() + 2, s.end(), [](char c) { return std::isxdigit(c) && !std::isupper(c); });
+  return std::all_of(s.begin() + 2, s.end(),
+                     [](char c) { return std::isxdigit(c) && !std::isupper(c); });
 }
 
 absl::StatusOr<v1::VolumeStatus> GetVolume(bus::Bus& bus, const std::string& ref,
@@ -59,7 +60,8 @@ absl::StatusOr<v1::VolumeStatus> GetVolume(bus::Bus& bus, const std::string& ref
   } else {
     req.set_name(ref);
   }
-  WISP_ASSIGN_OR_RETURN(auto resp, bus::Call<v1::GetVolumeResponse>(bus, subjects::kVolumeGet, req, timeout));
+  WISP_ASSIGN_OR_RETURN(auto resp,
+                        bus::Call<v1::GetVolumeResponse>(bus, subjects::kVolumeGet, req, timeout));
   return resp.volume();
 }
 
@@ -107,8 +109,9 @@ int Watch(bus::Bus& bus, const std::string& ref, std::chrono::milliseconds timeo
   auto show = [&] {
     std::string line;
     if (tty) {
-      line = ProgressBar(phase == v1::SUCCEEDED ? std::optional<double>(1.0) : RatioOf(progress), 30) +
-             "  " + PhaseName(phase);
+      line =
+          ProgressBar(phase == v1::SUCCEEDED ? std::optional<double>(1.0) : RatioOf(progress), 30) +
+          "  " + PhaseName(phase);
       if (!message.empty() && phase != v1::FAILED) line += "  " + message.substr(0, 60);
       std::cout << "\r\033[K" << line << std::flush;
     } else {
@@ -141,7 +144,8 @@ int Watch(bus::Bus& bus, const std::string& ref, std::chrono::milliseconds timeo
   }
   if (tty) std::cout << "\n";
   if (phase == v1::FAILED) {
-    std::cerr << "wispctl volume watch: " << current->spec().name() << " failed: " << message << "\n";
+    std::cerr << "wispctl volume watch: " << current->spec().name() << " failed: " << message
+              << "\n";
     return 1;
   }
   return 0;
@@ -162,7 +166,8 @@ int RunCreate(const std::vector<std::string>& args) {
   flags.String("format", &format, "Declared image format (raw or qcow2); checked against content.");
   flags.String("sha256", &sha256, "Expected sha256 of the image as served.");
   flags.String("ca-file", &ca_file, "PEM CA bundle trusted for an https URL.");
-  flags.String("headers-file", &headers_file, "File of 'Name: value' request headers (kept out of argv).");
+  flags.String("headers-file", &headers_file,
+               "File of 'Name: value' request headers (kept out of argv).");
   flags.String("clone", &clone, "Name or id of a volume (same namespace) to copy.");
   flags.String("namespace", &ns, "Namespace the volume belongs to (clones stay inside it).");
   flags.String("node", &node, "Node that holds the bytes (default: the answering populator's).");
@@ -192,12 +197,15 @@ int RunCreate(const std::vector<std::string>& args) {
     if (!ca_file.empty()) {
       bool ok = false;
       source->mutable_http()->set_ca_pem(ReadFile(ca_file, ok));
-      if (!ok) return Fail("create", absl::InvalidArgumentError("--ca-file: cannot read " + ca_file));
+      if (!ok)
+        return Fail("create", absl::InvalidArgumentError("--ca-file: cannot read " + ca_file));
     }
     if (!headers_file.empty()) {
       bool ok = false;
       auto parsed = ParseHeaderLines(ReadFile(headers_file, ok), "--headers-file");
-      if (!ok) return Fail("create", absl::InvalidArgumentError("--headers-file: cannot read " + headers_file));
+      if (!ok)
+        return Fail("create",
+                    absl::InvalidArgumentError("--headers-file: cannot read " + headers_file));
       if (!parsed.ok()) return Fail("create", parsed.status());
       for (auto& [k, v] : *parsed) (*source->mutable_http()->mutable_headers())[k] = v;
     }
@@ -215,7 +223,8 @@ int RunCreate(const std::vector<std::string>& args) {
   source->set_sha256(sha256);
   auto bus = Connect(connection);
   if (!bus.ok()) return Fail("create", bus.status());
-  auto resp = bus::Call<v1::CreateVolumeResponse>(**bus, subjects::kVolumeCreate, req, connection.timeout);
+  auto resp =
+      bus::Call<v1::CreateVolumeResponse>(**bus, subjects::kVolumeCreate, req, connection.timeout);
   if (!resp.ok()) return Fail("create", resp.status());
   if (watch) return Watch(**bus, resp->volume().volume_id(), connection.timeout);
   std::cout << (json ? FormatVolumeJson(resp->volume()) : FormatVolume(resp->volume()));
@@ -225,10 +234,11 @@ int RunCreate(const std::vector<std::string>& args) {
 int RunSimple(const std::string& sub, const std::vector<std::string>& args) {
   Connection connection;
   bool json = false;
-  config::Flags flags("wispctl volume " + sub, sub == "list"     ? "list volumes"
-                                               : sub == "get"    ? "show one volume"
-                                               : sub == "watch"  ? "follow a volume's population live"
-                                                                 : "delete a volume and its bytes");
+  config::Flags flags("wispctl volume " + sub, sub == "list"  ? "list volumes"
+                                               : sub == "get" ? "show one volume"
+                                               : sub == "watch"
+                                                   ? "follow a volume's population live"
+                                                   : "delete a volume and its bytes");
   AddConnectionFlags(flags, connection);
   if (sub == "get" || sub == "list") flags.Bool("json", &json, "Print JSON.");
   int code = 0;
@@ -253,7 +263,8 @@ int RunSimple(const std::string& sub, const std::vector<std::string>& args) {
     if (!v.ok()) return Fail(sub, v.status());
     v1::DeleteVolumeRequest req;
     req.set_volume_id(v->volume_id());
-    auto resp = bus::Call<v1::DeleteVolumeResponse>(**bus, subjects::kVolumeDelete, req, connection.timeout);
+    auto resp = bus::Call<v1::DeleteVolumeResponse>(**bus, subjects::kVolumeDelete, req,
+                                                    connection.timeout);
     if (!resp.ok()) return Fail(sub, resp.status());
     std::cout << "deleted " << v->spec().name() << " (" << v->volume_id() << ")\n";
     return 0;
@@ -261,7 +272,8 @@ int RunSimple(const std::string& sub, const std::vector<std::string>& args) {
   std::vector<v1::VolumeStatus> all;
   v1::ListVolumesRequest req;
   do {
-    auto resp = bus::Call<v1::ListVolumesResponse>(**bus, subjects::kVolumeList, req, connection.timeout);
+    auto resp =
+        bus::Call<v1::ListVolumesResponse>(**bus, subjects::kVolumeList, req, connection.timeout);
     if (!resp.ok()) return Fail(sub, resp.status());
     for (const auto& v : resp->volumes()) all.push_back(v);
     req.set_starting_token(resp->next_token());
@@ -284,8 +296,9 @@ int RunSimple(const std::string& sub, const std::vector<std::string>& args) {
 
 absl::StatusOr<int64_t> ParseQuantity(std::string_view text, std::string_view field) {
   auto bad = [&] {
-    return absl::InvalidArgumentError(std::string(field) + ": \"" + std::string(text) +
-                                      "\" is not a size (bytes, or a number with Ki Mi Gi Ti or K M G T)");
+    return absl::InvalidArgumentError(
+        std::string(field) + ": \"" + std::string(text) +
+        "\" is not a size (bytes, or a number with Ki Mi Gi Ti or K M G T)");
   };
   size_t i = 0;
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
@@ -296,10 +309,9 @@ absl::StatusOr<int64_t> ParseQuantity(std::string_view text, std::string_view fi
     std::string_view name;
     int64_t mult;
   };
-  static constexpr U kUnits[] = {{"", 1},
-                                 {"Ki", 1ll << 10}, {"Mi", 1ll << 20}, {"Gi", 1ll << 30}, {"Ti", 1ll << 40},
-                                 {"K", 1000}, {"k", 1000}, {"M", 1000000}, {"G", 1000000000},
-                                 {"T", 1000000000000ll}};
+  static constexpr U kUnits[] = {
+      {"", 1},     {"Ki", 1ll << 10}, {"Mi", 1ll << 20}, {"Gi", 1ll << 30}, {"Ti", 1ll << 40},
+      {"K", 1000}, {"k", 1000},       {"M", 1000000},    {"G", 1000000000}, {"T", 1000000000000ll}};
   for (const auto& u : kUnits) {
     if (unit == u.name) {
       if (n == 0) return absl::InvalidArgumentError(std::string(field) + ": must be > 0");
@@ -329,22 +341,30 @@ std::string ProgressBar(std::optional<double> ratio, int width) {
 
 std::string PhaseName(v1::VolumePhase phase) {
   switch (phase) {
-    case v1::PENDING: return "Pending";
-    case v1::IMPORT_SCHEDULED: return "ImportScheduled";
-    case v1::IMPORT_IN_PROGRESS: return "ImportInProgress";
-    case v1::SUCCEEDED: return "Succeeded";
-    case v1::FAILED: return "Failed";
-    case v1::PENDING_POPULATION: return "PendingPopulation";
-    case v1::DELETING: return "Deleting";
-    default: return "Unknown";
+    case v1::PENDING:
+      return "Pending";
+    case v1::IMPORT_SCHEDULED:
+      return "ImportScheduled";
+    case v1::IMPORT_IN_PROGRESS:
+      return "ImportInProgress";
+    case v1::SUCCEEDED:
+      return "Succeeded";
+    case v1::FAILED:
+      return "Failed";
+    case v1::PENDING_POPULATION:
+      return "PendingPopulation";
+    case v1::DELETING:
+      return "Deleting";
+    default:
+      return "Unknown";
   }
 }
 
 std::string FormatVolume(const v1::VolumeStatus& s) {
   std::ostringstream o;
   const auto& src = s.spec().source();
-  std::string source = src.has_http()    ? src.http().url()
-                       : src.has_clone() ? "clone of " + src.clone().volume_id()
+  std::string source = src.has_http()     ? src.http().url()
+                       : src.has_clone()  ? "clone of " + src.clone().volume_id()
                        : src.has_upload() ? "upload"
                                           : "blank";
   o << "Name:      " << s.spec().name() << "\n"
@@ -371,9 +391,10 @@ std::string FormatVolumeTable(const std::vector<v1::VolumeStatus>& volumes) {
                 "PROGRESS", "CAPACITY", "NODE");
   o << line;
   for (const auto& v : volumes) {
-    std::snprintf(line, sizeof line, "%-28s %-26s %-18s %-8s %14lld %-12s\n", v.spec().name().c_str(),
-                  v.volume_id().c_str(), PhaseName(v.phase()).c_str(), v.progress().c_str(),
-                  static_cast<long long>(v.spec().capacity_bytes()), v.spec().node().c_str());
+    std::snprintf(line, sizeof line, "%-28s %-26s %-18s %-8s %14lld %-12s\n",
+                  v.spec().name().c_str(), v.volume_id().c_str(), PhaseName(v.phase()).c_str(),
+                  v.progress().c_str(), static_cast<long long>(v.spec().capacity_bytes()),
+                  v.spec().node().c_str());
     o << line;
   }
   return o.str();
@@ -418,8 +439,10 @@ int RunVolume(const std::vector<std::string>& args) {
   const std::string sub = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (sub == "create") return RunCreate(rest);
-  if (sub == "get" || sub == "list" || sub == "watch" || sub == "delete") return RunSimple(sub, rest);
-  std::cerr << "wispctl volume: unknown subcommand \"" << sub << "\" (create, get, list, watch, delete)\n";
+  if (sub == "get" || sub == "list" || sub == "watch" || sub == "delete")
+    return RunSimple(sub, rest);
+  std::cerr << "wispctl volume: unknown subcommand \"" << sub
+            << "\" (create, get, list, watch, delete)\n";
   return 2;
 }
 

@@ -10,8 +10,11 @@ std::vector<bus::ServiceInstance> Sample() {
   token.name = "wisp-token";
   token.id = "abc123";
   token.version = "0.1.0";
-  token.endpoints.push_back({.name = "issue", .subject = "wisp.v1.token.issue",
-                             .queue_group = "wisp-token", .num_requests = 42, .num_errors = 1,
+  token.endpoints.push_back({.name = "issue",
+                             .subject = "wisp.v1.token.issue",
+                             .queue_group = "wisp-token",
+                             .num_requests = 42,
+                             .num_errors = 1,
                              .average_processing_time_ns = 250'000});
   bus::ServiceInstance policy;
   policy.name = "wisp-policy";

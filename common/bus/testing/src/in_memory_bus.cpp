@@ -152,13 +152,13 @@ struct InMemoryBus::Shared {
     return out;
   }
 
-  // Stores a publish in the stream whose subjects match, if any. Returns the stream sequence, 0 when
-  // no stream captures the subject, or an error.
+  // Stores a publish in the stream whose subjects match, if any. Returns the stream sequence, 0
+  // when no stream captures the subject, or an error.
   absl::StatusOr<uint64_t> StoreLocked(const Message& msg, std::string_view msg_id) {
     for (auto& [name, stream] : streams) {
-      const bool match = std::any_of(
-          stream.config.subjects.begin(), stream.config.subjects.end(),
-          [&](const std::string& p) { return SubjectMatches(p, msg.subject); });
+      const bool match =
+          std::any_of(stream.config.subjects.begin(), stream.config.subjects.end(),
+                      [&](const std::string& p) { return SubjectMatches(p, msg.subject); });
       if (!match) continue;
       const SysTime now = clock.Now();
       if (stream.config.max_msg_size >= 0 &&
@@ -168,8 +168,7 @@ struct InMemoryBus::Shared {
       }
       if (!msg_id.empty()) {
         auto it = stream.dedupe.find(msg_id);
-        if (it != stream.dedupe.end() &&
-            now - it->second.second < stream.config.duplicate_window) {
+        if (it != stream.dedupe.end() && now - it->second.second < stream.config.duplicate_window) {
           return it->second.first;
         }
       }
@@ -201,7 +200,8 @@ using Shared = InMemoryBus::Shared;
 
 class InMemorySubscription final : public Subscription {
  public:
-  InMemorySubscription(std::weak_ptr<Shared> state, uint64_t id) : state_(std::move(state)), id_(id) {}
+  InMemorySubscription(std::weak_ptr<Shared> state, uint64_t id)
+      : state_(std::move(state)), id_(id) {}
   ~InMemorySubscription() override { Remove(); }
   absl::Status Drain() override {
     Remove();
@@ -294,7 +294,8 @@ class InMemoryPullConsumer final : public PullConsumer {
     while (true) {
       WISP_RETURN_IF_ERROR(state_->CheckConnectedLocked());
       auto sit = state_->streams.find(stream_);
-      if (sit == state_->streams.end()) return absl::NotFoundError("stream " + stream_ + " deleted");
+      if (sit == state_->streams.end())
+        return absl::NotFoundError("stream " + stream_ + " deleted");
       std::vector<JsMessagePtr> out = CollectLocked(sit->second, batch);
       if (!out.empty()) return out;
       const auto now = std::chrono::steady_clock::now();
@@ -311,7 +312,8 @@ class InMemoryPullConsumer final : public PullConsumer {
     const SysTime now = state_->clock.Now();
     ConsumerState& c = *consumer_;
     // Redeliveries first (nak'd or ack_wait expired), oldest sequence first.
-    for (auto it = c.pending.begin(); it != c.pending.end() && static_cast<int>(out.size()) < batch;) {
+    for (auto it = c.pending.begin();
+         it != c.pending.end() && static_cast<int>(out.size()) < batch;) {
       auto& [seq, p] = *it;
       auto msg_it = stream.msgs.find(seq);
       if (msg_it == stream.msgs.end()) {
@@ -322,7 +324,8 @@ class InMemoryPullConsumer final : public PullConsumer {
         ++it;
         continue;
       }
-      if (c.config.max_deliver >= 0 && p.deliveries >= static_cast<uint64_t>(c.config.max_deliver)) {
+      if (c.config.max_deliver >= 0 &&
+          p.deliveries >= static_cast<uint64_t>(c.config.max_deliver)) {
         it = c.pending.erase(it);  // exhausted: NATS stops delivering it (it stays in the stream)
         continue;
       }
@@ -402,7 +405,8 @@ class InMemoryJetStream final : public JetStream {
       WISP_RETURN_IF_ERROR(state_->SubjectFaultLocked(subject));
       WISP_ASSIGN_OR_RETURN(seq, state_->StoreLocked(msg, msg_id));
       if (seq == 0) {
-        return absl::UnavailableError("no JetStream stream accepts subject " + std::string(subject));
+        return absl::UnavailableError("no JetStream stream accepts subject " +
+                                      std::string(subject));
       }
       state_->published.push_back(msg);
       targets = state_->RouteLocked(subject);
@@ -477,8 +481,7 @@ class InMemoryKeyValue final : public KeyValue {
   absl::StatusOr<uint64_t> Create(std::string_view key, std::string_view value) override {
     return Write(key, value, false, [&](const KvValue* cur) {
       if (cur != nullptr && !cur->deleted) {
-        return absl::AlreadyExistsError("key " + std::string(key) + " exists in bucket " +
-                                        bucket_);
+        return absl::AlreadyExistsError("key " + std::string(key) + " exists in bucket " + bucket_);
       }
       return absl::OkStatus();
     });
@@ -521,7 +524,8 @@ class InMemoryKeyValue final : public KeyValue {
       id = state_->next_id++;
       b->watchers[id] = KvWatcher{std::string(pattern), shared};
       for (const auto& [k, v] : b->entries) {
-        if (!v.deleted && SubjectMatches(pattern, k)) initial.push_back({k, v.value, v.revision, false});
+        if (!v.deleted && SubjectMatches(pattern, k))
+          initial.push_back({k, v.value, v.revision, false});
       }
     }
     for (const auto& e : initial) (*shared)(e);
@@ -561,7 +565,8 @@ class InMemoryKeyValue final : public KeyValue {
       auto it = b->entries.find(key);
       WISP_RETURN_IF_ERROR(check(it == b->entries.end() ? nullptr : &it->second));
       const uint64_t rev = ++b->seq;
-      b->entries[std::string(key)] = KvValue{deleted ? std::string() : std::string(value), rev, deleted};
+      b->entries[std::string(key)] =
+          KvValue{deleted ? std::string() : std::string(value), rev, deleted};
       entry = KvEntry{std::string(key), deleted ? std::string() : std::string(value), rev, deleted};
       for (const auto& [id, w] : b->watchers) {
         if (SubjectMatches(w.pattern, key)) watchers.push_back(w.handler);
@@ -631,8 +636,9 @@ absl::StatusOr<Message> InMemoryBus::Request(std::string_view subject, std::stri
   if (targets.empty()) {
     return absl::UnavailableError("no responders on " + std::string(subject));
   }
-  const auto received = expire ? std::chrono::steady_clock::now() - timeout - std::chrono::milliseconds(1)
-                               : std::chrono::steady_clock::now();
+  const auto received =
+      expire ? std::chrono::steady_clock::now() - timeout - std::chrono::milliseconds(1)
+             : std::chrono::steady_clock::now();
   std::optional<Reply> first;
   for (const auto& sub : targets) {
     if (sub.message_handler) {
@@ -780,8 +786,9 @@ std::vector<Message> InMemoryBus::Published(std::string_view pattern) const {
 
 int InMemoryBus::RequestCount(std::string_view pattern) const {
   std::lock_guard lock(state_->mu);
-  return static_cast<int>(std::count_if(state_->requested.begin(), state_->requested.end(),
-                                        [&](const std::string& s) { return SubjectMatches(pattern, s); }));
+  return static_cast<int>(
+      std::count_if(state_->requested.begin(), state_->requested.end(),
+                    [&](const std::string& s) { return SubjectMatches(pattern, s); }));
 }
 
 size_t InMemoryBus::StreamSize(std::string_view stream) const {

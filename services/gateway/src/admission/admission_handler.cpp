@@ -77,10 +77,11 @@ AdmissionHandler::AdmissionHandler(bus::Requester& bus, prometheus::Registry& re
                                    AdmissionOptions options)
     : bus_(bus), options_(std::move(options)), metrics_(registry) {}
 
-http::Response AdmissionHandler::Fail(std::string_view webhook, const std::string& kind,
-                                      int status, const std::string& message) {
+http::Response AdmissionHandler::Fail(std::string_view webhook, const std::string& kind, int status,
+                                      const std::string& message) {
   metrics_.requests_total
-      .Add({{"webhook", std::string(webhook)}, {"kind", kind.empty() ? "unknown" : kind},
+      .Add({{"webhook", std::string(webhook)},
+            {"kind", kind.empty() ? "unknown" : kind},
             {"outcome", "error"}})
       .Increment();
   return http::Response::Error(status, message);
@@ -94,9 +95,9 @@ http::Response AdmissionHandler::Handle(const http::Request& request, bool mutat
     prometheus::Histogram& h;
     Clock::time_point start;
     ~Timer() { h.Observe(std::chrono::duration<double>(Clock::now() - start).count()); }
-  } timer{metrics_.duration_seconds.Add({{"webhook", std::string(webhook)}},
-                                        metrics::LatencyBuckets()),
-          start};
+  } timer{
+      metrics_.duration_seconds.Add({{"webhook", std::string(webhook)}}, metrics::LatencyBuckets()),
+      start};
 
   std::string_view content_type = request.Header("content-type");
   if (!IsJson(content_type)) {
@@ -130,8 +131,8 @@ http::Response AdmissionHandler::Handle(const http::Request& request, bool mutat
   log::ScopedRequestId rid(r.uid);
   // Keep a margin so the answer (fail-open/closed included) leaves before the caller's deadline.
   auto margin = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(100), budget / 10);
-  auto call_timeout = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(1),
-                                                          budget - margin);
+  auto call_timeout =
+      std::max<std::chrono::milliseconds>(std::chrono::milliseconds(1), budget - margin);
   bus::Headers headers{{std::string(bus::kHeaderRequestId), r.uid}};
   auto verdict = bus::Call<v1::AdmissionVerdict>(
       bus_, mutate ? bus::subjects::kPolicyMutate : bus::subjects::kPolicyValidate,
@@ -144,9 +145,9 @@ http::Response AdmissionHandler::Handle(const http::Request& request, bool mutat
     return Fail(webhook, kind, 400, std::string(verdict.status().message()));
   }
   if (!verdict.ok()) {
-    const std::string why = "wisp policy unavailable: " +
-                            std::string(StatusCodeName(verdict.status().code())) + ": " +
-                            std::string(verdict.status().message());
+    const std::string why =
+        "wisp policy unavailable: " + std::string(StatusCodeName(verdict.status().code())) + ": " +
+        std::string(verdict.status().message());
     SPDLOG_LOGGER_WARN(logger, "{} {} {}/{}: {}", webhook, kind, r.namespace_, r.name, why);
     if (options_.failure_mode == FailureMode::kOpen) {
       resp.allowed = true;
@@ -179,7 +180,8 @@ http::Response AdmissionHandler::Handle(const http::Request& request, bool mutat
 }
 
 void RegisterAdmissionRoutes(http::Server& server, AdmissionHandler& handler) {
-  server.Handle("POST", "/mutate", [&handler](const http::Request& r) { return handler.Mutate(r); });
+  server.Handle("POST", "/mutate",
+                [&handler](const http::Request& r) { return handler.Mutate(r); });
   server.Handle("POST", "/validate",
                 [&handler](const http::Request& r) { return handler.Validate(r); });
 }

@@ -13,8 +13,8 @@
 //     application/json, a body that is not an AdmissionReview (bad JSON, no `request`, no uid...),
 //     a kind wisp does not admit, a bad ?timeout=. HTTP 413 above 3 MiB. Nothing here throws.
 //   - ?timeout= (kube-apiserver sends the webhook's timeoutSeconds, e.g. "10s") bounds the policy
-//     call together with AdmissionOptions::max_timeout; the smaller wins and a margin is kept so the
-//     answer leaves before kube-apiserver gives up.
+//     call together with AdmissionOptions::max_timeout; the smaller wins and a margin is kept so
+//     the answer leaves before kube-apiserver gives up.
 //   - When the bus or wisp-policy does not answer in time (or answers an error), the failure mode
 //     answers: closed -> allowed:false, status.code 500, message "wisp policy unavailable: <why>";
 //     open -> allowed:true with the warning "wisp policy unavailable: <why>; admitted unchanged

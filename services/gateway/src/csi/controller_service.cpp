@@ -51,9 +51,9 @@ absl::Status CheckVolumeCapabilities(
       case Mode::SINGLE_NODE_MULTI_WRITER:
         break;
       default:
-        return absl::InvalidArgumentError(
-            at + ".access_mode " + Mode::Mode_Name(cap.access_mode().mode()) +
-            " is not supported: wisp volumes live on one node");
+        return absl::InvalidArgumentError(at + ".access_mode " +
+                                          Mode::Mode_Name(cap.access_mode().mode()) +
+                                          " is not supported: wisp volumes live on one node");
     }
   }
   return absl::OkStatus();
@@ -108,20 +108,20 @@ absl::StatusOr<v1::VolumeStatus> ControllerService::WaitReady(
   for (;;) {
     if (volume.phase() == v1::SUCCEEDED) return volume;
     if (volume.phase() == v1::FAILED) {
-      return absl::InternalError("volume " + volume.spec().name() + " failed to populate: " +
-                                 volume.message());
+      return absl::InternalError("volume " + volume.spec().name() +
+                                 " failed to populate: " + volume.message());
     }
     if (std::chrono::steady_clock::now() + options_.poll_interval >= deadline) {
       // The CO retries CreateVolume with the same name; the work carries on meanwhile.
-      return absl::DeadlineExceededError("volume " + volume.spec().name() +
-                                         " is not ready yet (" + volume.progress() + ")");
+      return absl::DeadlineExceededError("volume " + volume.spec().name() + " is not ready yet (" +
+                                         volume.progress() + ")");
     }
     std::this_thread::sleep_for(options_.poll_interval);
     v1::GetVolumeRequest get;
     get.set_volume_id(volume.volume_id());
-    WISP_ASSIGN_OR_RETURN(auto got, bus::Call<v1::GetVolumeResponse>(
-                                        requester_, bus::subjects::kVolumeGet, get,
-                                        std::min(Left(deadline), options_.bus_timeout)));
+    WISP_ASSIGN_OR_RETURN(
+        auto got, bus::Call<v1::GetVolumeResponse>(requester_, bus::subjects::kVolumeGet, get,
+                                                   std::min(Left(deadline), options_.bus_timeout)));
     volume = got.volume();
   }
 }
@@ -135,8 +135,9 @@ absl::StatusOr<::csi::v1::CreateVolumeResponse> ControllerService::Create(
     return absl::InvalidArgumentError("capacity_range: bytes must not be negative");
   }
   if (range.limit_bytes() > 0 && range.limit_bytes() < range.required_bytes()) {
-    return absl::InvalidArgumentError("capacity_range: limit_bytes must not be less than "
-                                      "required_bytes");
+    return absl::InvalidArgumentError(
+        "capacity_range: limit_bytes must not be less than "
+        "required_bytes");
   }
   if (req.has_volume_content_source() && req.volume_content_source().has_snapshot()) {
     return absl::InvalidArgumentError("volume_content_source: snapshots are not supported");
@@ -179,7 +180,8 @@ absl::StatusOr<::csi::v1::CreateVolumeResponse> ControllerService::Create(
   spec->set_node(node);
   for (const auto& [k, v] : req.parameters()) (*spec->mutable_parameters())[k] = v;
   // external-provisioner --extra-create-metadata: the PVC the populator's recorded source is for.
-  if (auto it = req.parameters().find("csi.storage.k8s.io/pvc/name"); it != req.parameters().end()) {
+  if (auto it = req.parameters().find("csi.storage.k8s.io/pvc/name");
+      it != req.parameters().end()) {
     spec->set_pvc_name(it->second);
   }
   if (auto it = req.parameters().find("csi.storage.k8s.io/pvc/namespace");
@@ -190,9 +192,9 @@ absl::StatusOr<::csi::v1::CreateVolumeResponse> ControllerService::Create(
     spec->mutable_source()->mutable_clone()->set_volume_id(
         req.volume_content_source().volume().volume_id());
   }
-  WISP_ASSIGN_OR_RETURN(auto created, bus::Call<v1::CreateVolumeResponse>(
-                                          requester_, bus::subjects::kVolumeCreate, create,
-                                          Left(deadline)));
+  WISP_ASSIGN_OR_RETURN(
+      auto created, bus::Call<v1::CreateVolumeResponse>(requester_, bus::subjects::kVolumeCreate,
+                                                        create, Left(deadline)));
   WISP_ASSIGN_OR_RETURN(v1::VolumeStatus ready, WaitReady(created.volume(), deadline));
   SPDLOG_LOGGER_INFO(logger_, "created volume {} ({}) on node {}, {} bytes", req.name(),
                      ready.volume_id(), node, capacity);
@@ -206,8 +208,8 @@ absl::StatusOr<::csi::v1::DeleteVolumeResponse> ControllerService::Delete(
   if (req.volume_id().empty()) return absl::InvalidArgumentError("volume_id is required");
   v1::DeleteVolumeRequest del;
   del.set_volume_id(req.volume_id());
-  auto resp = bus::Call<v1::DeleteVolumeResponse>(requester_, bus::subjects::kVolumeDelete, del,
-                                                  budget);
+  auto resp =
+      bus::Call<v1::DeleteVolumeResponse>(requester_, bus::subjects::kVolumeDelete, del, budget);
   if (!resp.ok() && resp.status().code() != absl::StatusCode::kNotFound) {
     return Annotate(resp.status(), "deleting volume " + req.volume_id());
   }
@@ -249,8 +251,8 @@ absl::StatusOr<::csi::v1::ListVolumesResponse> ControllerService::List(
   v1::ListVolumesRequest list;
   list.set_max_entries(req.max_entries());
   list.set_starting_token(req.starting_token());
-  auto got = bus::Call<v1::ListVolumesResponse>(requester_, bus::subjects::kVolumeList, list,
-                                                budget);
+  auto got =
+      bus::Call<v1::ListVolumesResponse>(requester_, bus::subjects::kVolumeList, list, budget);
   if (!got.ok()) {
     if (!req.starting_token().empty() &&
         (got.status().code() == absl::StatusCode::kInvalidArgument ||

@@ -74,9 +74,9 @@ class ControllerService final : public ::csi::v1::Controller::Service {
                            ::csi::v1::ListVolumesResponse* resp) override;
   grpc::Status GetCapacity(grpc::ServerContext* context, const ::csi::v1::GetCapacityRequest* req,
                            ::csi::v1::GetCapacityResponse* resp) override;
-  grpc::Status ControllerGetCapabilities(grpc::ServerContext* context,
-                                         const ::csi::v1::ControllerGetCapabilitiesRequest* req,
-                                         ::csi::v1::ControllerGetCapabilitiesResponse* resp) override;
+  grpc::Status ControllerGetCapabilities(
+      grpc::ServerContext* context, const ::csi::v1::ControllerGetCapabilitiesRequest* req,
+      ::csi::v1::ControllerGetCapabilitiesResponse* resp) override;
 
  private:
   absl::StatusOr<std::string> ChooseNode(const ::csi::v1::CreateVolumeRequest& req) const;

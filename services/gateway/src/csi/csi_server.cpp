@@ -60,8 +60,7 @@ struct CsiServer::Impl {
   bus::SubscriptionPtr capacity_sub;
   std::unique_ptr<grpc::Server> server;
 
-  Impl(CsiServerOptions o, bus::Bus& b, const Clock& c, fsutil::Mounter& m,
-       prometheus::Registry& r)
+  Impl(CsiServerOptions o, bus::Bus& b, const Clock& c, fsutil::Mounter& m, prometheus::Registry& r)
       : options(std::move(o)), bus(b), clock(c), mounter(m), metrics(r) {}
 
   bool node_role() const { return options.role != Role::kController; }
@@ -149,17 +148,16 @@ absl::Status CsiServer::Start() {
                                            s.clock, s.metrics);
     WISP_RETURN_IF_ERROR(Annotate(s.node->Recover(), "recovering token volumes"));
     NodeService* node = s.node.get();
-    WISP_ASSIGN_OR_RETURN(
-        s.capacity_sub,
-        s.bus.Serve(bus::subjects::Node(s.options.node_id, "csi.capacity"), "",
-                    [node](const bus::Request&) -> bus::Reply {
-                      auto cap = node->Capacity();
-                      if (!cap.ok()) return bus::Reply::Error(cap.status());
-                      v1::NodeCapacityResponse resp;
-                      resp.set_available_bytes(cap->first);
-                      resp.set_total_bytes(cap->second);
-                      return bus::ProtoReply(resp);
-                    }));
+    WISP_ASSIGN_OR_RETURN(s.capacity_sub,
+                          s.bus.Serve(bus::subjects::Node(s.options.node_id, "csi.capacity"), "",
+                                      [node](const bus::Request&) -> bus::Reply {
+                                        auto cap = node->Capacity();
+                                        if (!cap.ok()) return bus::Reply::Error(cap.status());
+                                        v1::NodeCapacityResponse resp;
+                                        resp.set_available_bytes(cap->first);
+                                        resp.set_total_bytes(cap->second);
+                                        return bus::ProtoReply(resp);
+                                      }));
     s.node->StartRotation();
   }
   if (s.controller_role()) {

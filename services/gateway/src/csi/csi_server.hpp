@@ -44,13 +44,13 @@ absl::StatusOr<Role> ParseRole(std::string_view text);
 std::string_view RoleName(Role role);
 
 struct CsiServerOptions {
-  std::string endpoint;                   // unix:///absolute/path.sock
+  std::string endpoint;  // unix:///absolute/path.sock
   Role role = Role::kBoth;
-  std::string node_id;                    // required for node and both
-  std::string volume_root;                // required for node and both
-  std::vector<std::string> target_roots;  // allowed target paths (empty = any absolute path)
-  std::string default_node;               // controller: node when CreateVolume has no topology
-                                          // ("" = node_id)
+  std::string node_id;                         // required for node and both
+  std::string volume_root;                     // required for node and both
+  std::vector<std::string> target_roots;       // allowed target paths (empty = any absolute path)
+  std::string default_node;                    // controller: node when CreateVolume has no topology
+                                               // ("" = node_id)
   int64_t min_token_expiration_seconds = 600;  // lower only for tests
   uint64_t tmpfs_size_bytes = 1 << 20;
   std::chrono::milliseconds bus_timeout{5000};

@@ -44,8 +44,8 @@ absl::Status IdentityService::Ready() {
     const std::string subject = std::string(bus::subjects::kSrvPing) + "." + service;
     auto reply = bus_.Request(subject, "", options_.ping_timeout);
     if (!reply.ok()) {
-      return absl::UnavailableError(service + " does not answer: " +
-                                    std::string(reply.status().message()));
+      return absl::UnavailableError(service +
+                                    " does not answer: " + std::string(reply.status().message()));
     }
   }
   std::lock_guard lock(mu_);
@@ -56,10 +56,9 @@ absl::Status IdentityService::Ready() {
 grpc::Status IdentityService::GetPluginInfo(grpc::ServerContext*,
                                             const ::csi::v1::GetPluginInfoRequest* request,
                                             ::csi::v1::GetPluginInfoResponse* response) {
-  return Instrument(metrics_, logger_, "GetPluginInfo", "", *request, response,
-                    [&]() -> absl::StatusOr<::csi::v1::GetPluginInfoResponse> {
-                      return PluginInfo();
-                    });
+  return Instrument(
+      metrics_, logger_, "GetPluginInfo", "", *request, response,
+      [&]() -> absl::StatusOr<::csi::v1::GetPluginInfoResponse> { return PluginInfo(); });
 }
 
 grpc::Status IdentityService::GetPluginCapabilities(
@@ -78,8 +77,7 @@ grpc::Status IdentityService::Probe(grpc::ServerContext*, const ::csi::v1::Probe
                       ::csi::v1::ProbeResponse out;
                       absl::Status ready = Ready();
                       if (!ready.ok()) {
-                        SPDLOG_LOGGER_INFO(logger_, "not ready: {}",
-                                           std::string(ready.message()));
+                        SPDLOG_LOGGER_INFO(logger_, "not ready: {}", std::string(ready.message()));
                       }
                       out.mutable_ready()->set_value(ready.ok());
                       return out;

@@ -6,7 +6,8 @@
 // wisp-token for the node role, wisp-populator for the controller role.
 //
 // Example:
-//   IdentityService identity({.controller = true, .needed_services = {"wisp-token"}}, bus, metrics);
+//   IdentityService identity({.controller = true, .needed_services = {"wisp-token"}}, bus,
+//   metrics);
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -22,7 +23,7 @@
 namespace wisp::gateway::csi {
 
 struct IdentityOptions {
-  bool controller = false;                  // advertise CONTROLLER_SERVICE
+  bool controller = false;                   // advertise CONTROLLER_SERVICE
   std::vector<std::string> needed_services;  // NATS micro service names that must answer
   std::chrono::milliseconds ping_timeout{1000};
   std::chrono::milliseconds cache_for{2000};  // a ready answer is reused this long

@@ -132,9 +132,8 @@ absl::StatusOr<::csi::v1::NodePublishVolumeResponse> NodeService::Publish(
   WISP_RETURN_IF_ERROR(
       fsutil::CheckPathUnder("target_path", request.target_path(), options_.target_roots));
   if (!request.staging_target_path().empty()) {
-    WISP_RETURN_IF_ERROR(fsutil::CheckPathUnder("staging_target_path",
-                                                request.staging_target_path(),
-                                                options_.target_roots));
+    WISP_RETURN_IF_ERROR(fsutil::CheckPathUnder(
+        "staging_target_path", request.staging_target_path(), options_.target_roots));
   }
   std::lock_guard volume_lock(VolumeLock(request.volume_id()));
   if (IsEphemeral(request.volume_context())) {
@@ -172,8 +171,8 @@ absl::Status NodeService::WriteToken(const std::string& target, const std::strin
 absl::Status NodeService::PublishToken(const ::csi::v1::NodePublishVolumeRequest& request) {
   const std::string& id = request.volume_id();
   const std::string target = fsutil::CleanPath(request.target_path());
-  WISP_ASSIGN_OR_RETURN(TokenVolumeSpec spec,
-                        ParseTokenVolume(request.volume_context(), options_.min_expiration_seconds));
+  WISP_ASSIGN_OR_RETURN(TokenVolumeSpec spec, ParseTokenVolume(request.volume_context(),
+                                                               options_.min_expiration_seconds));
   spec.subject.set_node_name(options_.node_id);
 
   // Take the kubelet's token before touching the disk, so a bad request changes nothing.
@@ -225,7 +224,8 @@ absl::Status NodeService::PublishToken(const ::csi::v1::NodePublishVolumeRequest
   if (kubelet_token) {
     token = IssuedToken{kubelet_token->token, clock_.NowUnixSeconds(), kubelet_token->expires_unix};
   } else {
-    WISP_ASSIGN_OR_RETURN(token, issuer_.Issue(spec.subject, spec.audience, spec.expiration_seconds));
+    WISP_ASSIGN_OR_RETURN(token,
+                          issuer_.Issue(spec.subject, spec.audience, spec.expiration_seconds));
   }
 
   WISP_RETURN_IF_ERROR(PrepareTarget(target));
@@ -296,11 +296,12 @@ absl::Status NodeService::PublishPersistent(const ::csi::v1::NodePublishVolumeRe
                                          v1::VolumePhase_Name(volume.phase()) + ")");
   }
   if (!volume.spec().node().empty() && volume.spec().node() != options_.node_id) {
-    return absl::FailedPreconditionError("volume " + id + " lives on node " +
-                                         volume.spec().node() + ", not " + options_.node_id);
+    return absl::FailedPreconditionError("volume " + id + " lives on node " + volume.spec().node() +
+                                         ", not " + options_.node_id);
   }
   // The populator's path must stay inside our volume root, whatever it says.
-  WISP_RETURN_IF_ERROR(fsutil::CheckPathUnder("volume path", volume.path(), {options_.volume_root}));
+  WISP_RETURN_IF_ERROR(
+      fsutil::CheckPathUnder("volume path", volume.path(), {options_.volume_root}));
   struct stat st;
   if (::stat(volume.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return absl::NotFoundError("volume " + id + " has no directory on this node: " + volume.path());
@@ -441,8 +442,8 @@ absl::Status NodeService::RotateLocked(const std::string& volume_id) {
     return st;
   };
 
-  auto token = issuer_.Issue(projection.subject(), projection.audience(),
-                             projection.expiration_seconds());
+  auto token =
+      issuer_.Issue(projection.subject(), projection.audience(), projection.expiration_seconds());
   if (!token.ok()) return fail(token.status());
   if (absl::Status st = WriteToken(projection.target_path(), projection.path(), token->token,
                                    projection.file_mode());
@@ -482,7 +483,8 @@ absl::StatusOr<::csi::v1::NodeGetVolumeStatsResponse> NodeService::VolumeStats(
   {
     std::lock_guard lock(mu_);
     if (auto it = tokens_.find(id); it != tokens_.end()) known = it->second.target_path() == path;
-    if (auto it = binds_.find(path); it != binds_.end()) known = known || it->second.volume_id == id;
+    if (auto it = binds_.find(path); it != binds_.end())
+      known = known || it->second.volume_id == id;
   }
   if (!known) return absl::NotFoundError("volume " + id + " is not published at " + path);
   struct statvfs vfs;
@@ -533,7 +535,8 @@ grpc::Status NodeService::NodePublishVolume(grpc::ServerContext* context,
                                             const ::csi::v1::NodePublishVolumeRequest* request,
                                             ::csi::v1::NodePublishVolumeResponse* response) {
   return Instrument(metrics_, logger_, "NodePublishVolume", request->volume_id(), *request,
-                    response, [&] { return Publish(*request, Budget(context, options_.bus_timeout)); });
+                    response,
+                    [&] { return Publish(*request, Budget(context, options_.bus_timeout)); });
 }
 
 grpc::Status NodeService::NodeUnpublishVolume(grpc::ServerContext*,
@@ -553,10 +556,9 @@ grpc::Status NodeService::NodeGetVolumeStats(grpc::ServerContext*,
 grpc::Status NodeService::NodeGetCapabilities(grpc::ServerContext*,
                                               const ::csi::v1::NodeGetCapabilitiesRequest* request,
                                               ::csi::v1::NodeGetCapabilitiesResponse* response) {
-  return Instrument(metrics_, logger_, "NodeGetCapabilities", "", *request, response,
-                    [&]() -> absl::StatusOr<::csi::v1::NodeGetCapabilitiesResponse> {
-                      return Capabilities();
-                    });
+  return Instrument(
+      metrics_, logger_, "NodeGetCapabilities", "", *request, response,
+      [&]() -> absl::StatusOr<::csi::v1::NodeGetCapabilitiesResponse> { return Capabilities(); });
 }
 
 grpc::Status NodeService::NodeGetInfo(grpc::ServerContext*,

@@ -132,7 +132,7 @@ class NodeService final : public ::csi::v1::Node::Service {
   std::shared_ptr<spdlog::logger> logger_;
 
   std::array<std::mutex, 64> volume_locks_;
-  mutable std::mutex mu_;  // guards the maps below
+  mutable std::mutex mu_;                              // guards the maps below
   std::map<std::string, v1::TokenProjection> tokens_;  // volume id -> published token volume
   std::map<std::string, BindState> binds_;             // target path -> persistent volume
   RotationScheduler scheduler_;

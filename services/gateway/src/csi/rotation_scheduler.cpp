@@ -69,10 +69,10 @@ void RotationScheduler::Start() {
       // Wake at the earliest due time, and at least every second: the wall clock may jump.
       auto wait = std::chrono::milliseconds(1000);
       if (!queue_.empty()) {
-        const auto due = std::chrono::system_clock::time_point(
-            std::chrono::seconds(queue_.begin()->first));
-        const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
-            due - clock_.Now());
+        const auto due =
+            std::chrono::system_clock::time_point(std::chrono::seconds(queue_.begin()->first));
+        const auto until =
+            std::chrono::duration_cast<std::chrono::milliseconds>(due - clock_.Now());
         wait = std::max(std::chrono::milliseconds(0), std::min(wait, until));
       }
       if (wait.count() > 0) cv_.wait_for(lock, wait);

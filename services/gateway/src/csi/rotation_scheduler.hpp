@@ -55,7 +55,7 @@ class RotationScheduler {
   Callback callback_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::string, int64_t> due_;            // volume -> due unix second
+  std::map<std::string, int64_t> due_;               // volume -> due unix second
   std::set<std::pair<int64_t, std::string>> queue_;  // ordered by due time
   bool stop_ = false;
   std::thread thread_;

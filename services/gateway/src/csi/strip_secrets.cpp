@@ -41,9 +41,8 @@ void Strip(Message& message) {
           }
           continue;
         }
-        const bool token_map =
-            key_field->cpp_type() == FieldDescriptor::CPPTYPE_STRING &&
-            item_refl->GetString(*item, key_field) == kServiceAccountTokensKey;
+        const bool token_map = key_field->cpp_type() == FieldDescriptor::CPPTYPE_STRING &&
+                               item_refl->GetString(*item, key_field) == kServiceAccountTokensKey;
         if (secret || token_map) item_refl->SetString(item, value_field, kStripped);
       }
       continue;

@@ -28,8 +28,7 @@ class TokenIssuer {
  public:
   virtual ~TokenIssuer() = default;
   // An empty audience asks for the issuer's default audiences.
-  virtual absl::StatusOr<IssuedToken> Issue(const v1::Subject& subject,
-                                            const std::string& audience,
+  virtual absl::StatusOr<IssuedToken> Issue(const v1::Subject& subject, const std::string& audience,
                                             int64_t expiration_seconds) = 0;
 };
 

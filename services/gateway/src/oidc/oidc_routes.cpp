@@ -74,9 +74,9 @@ absl::StatusOr<std::map<std::string, std::string>> ParseForm(std::string_view bo
     if (pair.empty()) continue;
     const size_t eq = pair.find('=');
     WISP_ASSIGN_OR_RETURN(std::string name, PercentDecode(pair.substr(0, eq)));
-    WISP_ASSIGN_OR_RETURN(std::string value, PercentDecode(eq == std::string_view::npos
-                                                               ? std::string_view()
-                                                               : pair.substr(eq + 1)));
+    WISP_ASSIGN_OR_RETURN(
+        std::string value,
+        PercentDecode(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1)));
     out.emplace(std::move(name), std::move(value));  // first occurrence wins
   }
   return out;
@@ -94,8 +94,12 @@ OidcMetrics::OidcMetrics(prometheus::Registry& r)
 
 OidcRoutes::OidcRoutes(bus::Bus& bus, prometheus::Registry& registry, Clock& clock,
                        OidcOptions options)
-    : bus_(bus), metrics_(registry), options_(options), cache_(bus, options.key_cache),
-      limiter_(clock, {.rate_per_second = options.sts_rate_per_second, .burst = options.sts_burst}) {}
+    : bus_(bus),
+      metrics_(registry),
+      options_(options),
+      cache_(bus, options.key_cache),
+      limiter_(clock,
+               {.rate_per_second = options.sts_rate_per_second, .burst = options.sts_burst}) {}
 
 OidcRoutes::~OidcRoutes() { cache_.Stop(); }
 

@@ -17,9 +17,9 @@
 //     unsupported_grant_type); both with Cache-Control: no-store. Bus failure -> 503
 //     temporarily_unavailable; a body that is neither form nor JSON -> 400 invalid_request.
 //   - Rate limit per subject: a request whose subject (iss + sub read from the subject token) has
-//     no tokens left gets 429 temporarily_unavailable with Retry-After. Only exchanges whose subject
-//     token verified are charged (to the verified subject wisp-token returns), so forged tokens
-//     naming someone else cannot use up that subject's quota.
+//     no tokens left gets 429 temporarily_unavailable with Retry-After. Only exchanges whose
+//     subject token verified are charged (to the verified subject wisp-token returns), so forged
+//     tokens naming someone else cannot use up that subject's quota.
 //   - Metrics: wisp_gateway_oidc_requests_total{path}, wisp_gateway_sts_requests_total{outcome}
 //     (outcome: ok, the RFC 6749 error code, rate_limited, unavailable).
 //

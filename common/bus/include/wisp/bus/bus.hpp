@@ -1,6 +1,6 @@
 #pragma once
-// wisp's message bus: request/reply, publish, queue-group subscriptions, JetStream streams with pull
-// consumers, and key-value buckets. Services code against these interfaces only; NatsBus
+// wisp's message bus: request/reply, publish, queue-group subscriptions, JetStream streams with
+// pull consumers, and key-value buckets. Services code against these interfaces only; NatsBus
 // (nats_bus.hpp) is the production implementation and the only code in wisp that includes nats.h;
 // InMemoryBus (testing/in_memory_bus.hpp) is the synchronous fake for unit tests.
 //
@@ -131,10 +131,10 @@ struct StreamConfig {
 };
 
 struct ConsumerConfig {
-  std::string durable;          // durable name: survives restarts, shared by instances
-  std::string filter_subject;   // empty = whole stream
+  std::string durable;         // durable name: survives restarts, shared by instances
+  std::string filter_subject;  // empty = whole stream
   std::chrono::seconds ack_wait{30};
-  int max_deliver = -1;         // -1 = unlimited
+  int max_deliver = -1;  // -1 = unlimited
   int64_t max_ack_pending = 1000;
 };
 
@@ -258,7 +258,8 @@ void SetErrorHeaders(const absl::Status& status, Headers& headers);
 Reply ServeRequest(const RequestHandler& handler, Message msg,
                    std::chrono::steady_clock::time_point received);
 
-// True when `subject` matches the NATS subscription pattern `pattern` ('*' one token, '>' the rest).
+// True when `subject` matches the NATS subscription pattern `pattern` ('*' one token, '>' the
+// rest).
 bool SubjectMatches(std::string_view pattern, std::string_view subject);
 
 }  // namespace wisp::bus

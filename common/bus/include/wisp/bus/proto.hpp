@@ -4,9 +4,8 @@
 //   WISP_ASSIGN_OR_RETURN(auto resp, bus::Call<v1::IssueResponse>(requester, subjects::kTokenIssue,
 //                                                                 req, 2s));
 //   // serving side:
-//   auto req = bus::ParseBody<v1::IssueRequest>(request);   // InvalidArgument when it does not parse
-//   if (!req.ok()) return bus::Reply::Error(req.status());
-//   return bus::ProtoReply(response);
+//   auto req = bus::ParseBody<v1::IssueRequest>(request);   // InvalidArgument when it does not
+//   parse if (!req.ok()) return bus::Reply::Error(req.status()); return bus::ProtoReply(response);
 #include <chrono>
 #include <string_view>
 

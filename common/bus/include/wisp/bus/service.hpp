@@ -19,7 +19,8 @@
 //   WISP_ASSIGN_OR_RETURN(auto svc, bus::Service::Start(bus, {.name = "wisp-token",
 //                                                             .version = WISP_VERSION,
 //                                                             .registry = &metrics::Registry()}));
-//   WISP_RETURN_IF_ERROR(svc->AddEndpoint("issue", subjects::kTokenIssue, queues::kToken, handler));
+//   WISP_RETURN_IF_ERROR(svc->AddEndpoint("issue", subjects::kTokenIssue, queues::kToken,
+//   handler));
 //
 // Discovery (wispctl status):
 //   WISP_ASSIGN_OR_RETURN(auto instances, bus::Discover(bus, std::chrono::milliseconds(500)));
@@ -94,7 +95,7 @@ struct ServiceInstance {
   std::string version;
   std::string description;
   std::map<std::string, std::string> metadata;
-  std::string started;             // RFC 3339, from STATS ("" when STATS did not answer)
+  std::string started;                   // RFC 3339, from STATS ("" when STATS did not answer)
   std::vector<EndpointStats> endpoints;  // from STATS, else INFO (counters 0)
   bool answered_info = false;
   bool answered_stats = false;

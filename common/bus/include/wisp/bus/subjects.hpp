@@ -12,10 +12,13 @@ namespace subjects {
 inline constexpr std::string_view kPolicyMutate = "wisp.v1.policy.mutate";
 inline constexpr std::string_view kPolicyValidate = "wisp.v1.policy.validate";
 // wisp-token
-inline constexpr std::string_view kTokenIssue = "wisp.v1.token.issue";        // IssueRequest -> IssueResponse
-inline constexpr std::string_view kTokenExchange = "wisp.v1.token.exchange";  // ExchangeRequest -> ExchangeResponse
-inline constexpr std::string_view kTokenKeys = "wisp.v1.token.keys";          // KeysRequest -> KeysResponse
-inline constexpr std::string_view kTokenReview = "wisp.v1.token.review";      // ReviewRequest -> ReviewResponse
+inline constexpr std::string_view kTokenIssue =
+    "wisp.v1.token.issue";  // IssueRequest -> IssueResponse
+inline constexpr std::string_view kTokenExchange =
+    "wisp.v1.token.exchange";  // ExchangeRequest -> ExchangeResponse
+inline constexpr std::string_view kTokenKeys = "wisp.v1.token.keys";  // KeysRequest -> KeysResponse
+inline constexpr std::string_view kTokenReview =
+    "wisp.v1.token.review";  // ReviewRequest -> ReviewResponse
 // Published by wisp-token whenever the key set changes (body: KeysResponse).
 inline constexpr std::string_view kTokenKeysChanged = "wisp.v1.events.token.keys";
 // wisp-populator

@@ -52,7 +52,8 @@ class Flags {
   void Duration(std::string name, std::chrono::milliseconds* dest, std::string help,
                 Validator<std::chrono::milliseconds> v = {});
   // One of a fixed set of values.
-  void Enum(std::string name, std::string* dest, std::vector<std::string> choices, std::string help);
+  void Enum(std::string name, std::string* dest, std::vector<std::string> choices,
+            std::string help);
   // Override the derived environment variable name for the last setting added.
   void Env(std::string env_name);
 

@@ -13,8 +13,8 @@
 //
 // Example:
 //   auto server = http::Server::Create({.port = 8443, .cert_file = c, .key_file = k});
-//   (*server)->Handle("POST", "/mutate", [&](const http::Request& r) { return admission.Mutate(r); });
-//   WISP_RETURN_IF_ERROR((*server)->Start());
+//   (*server)->Handle("POST", "/mutate", [&](const http::Request& r) { return admission.Mutate(r);
+//   }); WISP_RETURN_IF_ERROR((*server)->Start());
 //   ... (*server)->Stop();
 #include <chrono>
 #include <cstdint>
@@ -60,17 +60,17 @@ using Handler = std::function<Response(const Request&)>;
 
 struct ServerOptions {
   std::string address = "0.0.0.0";
-  uint16_t port = 0;                 // 0 = pick a free port (see Server::port())
-  std::string unix_socket;           // when set, address/port are ignored
+  uint16_t port = 0;        // 0 = pick a free port (see Server::port())
+  std::string unix_socket;  // when set, address/port are ignored
   uint32_t socket_mode = 0660;
-  std::string cert_file;             // PEM chain; TLS when set together with key_file
+  std::string cert_file;  // PEM chain; TLS when set together with key_file
   std::string key_file;
   std::chrono::seconds cert_reload_interval{10};
   size_t max_body_bytes = 3 * 1024 * 1024;
   int threads = 4;
   std::chrono::seconds read_timeout{10};
   std::chrono::seconds idle_timeout{60};
-  std::string name = "http";         // for logs and metrics
+  std::string name = "http";  // for logs and metrics
 };
 
 class Server {

@@ -1,8 +1,9 @@
 #pragma once
 // base64url without padding (RFC 4648 section 5, as JWS uses it, RFC 7515 section 2).
 //
-// Decode is strict: it refuses '=' padding, characters outside the URL-safe alphabet and lengths that
-// cannot come from an encoding (n % 4 == 1), so a token cannot carry two spellings of one value.
+// Decode is strict: it refuses '=' padding, characters outside the URL-safe alphabet and lengths
+// that cannot come from an encoding (n % 4 == 1), so a token cannot carry two spellings of one
+// value.
 //
 //   std::string s = jwt::Base64UrlEncode("hi");          // "aGk"
 //   WISP_ASSIGN_OR_RETURN(std::string raw, jwt::Base64UrlDecode(s));

@@ -41,7 +41,8 @@ absl::StatusOr<std::string> EcdsaRawToDer(std::string_view raw);
 
 class PublicKey {
  public:
-  // A JWK object (kty RSA with n,e or kty EC with crv P-256, x, y). "alg", when present, must agree.
+  // A JWK object (kty RSA with n,e or kty EC with crv P-256, x, y). "alg", when present, must
+  // agree.
   static absl::StatusOr<PublicKey> FromJwk(const nlohmann::json& jwk);
   // A PEM SubjectPublicKeyInfo or certificate-free "PUBLIC KEY" block.
   static absl::StatusOr<PublicKey> FromPem(std::string_view pem);
@@ -71,7 +72,8 @@ class PrivateKey {
  public:
   // RSA-2048 for RS256, P-256 for ES256.
   static absl::StatusOr<PrivateKey> Generate(Algorithm alg);
-  // An unencrypted PKCS#8 ("PRIVATE KEY") or traditional PEM block of an RSA (>= 2048) or P-256 key.
+  // An unencrypted PKCS#8 ("PRIVATE KEY") or traditional PEM block of an RSA (>= 2048) or P-256
+  // key.
   static absl::StatusOr<PrivateKey> FromPem(std::string_view pem);
 
   Algorithm algorithm() const { return pub_.algorithm(); }

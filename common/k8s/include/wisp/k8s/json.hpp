@@ -9,7 +9,8 @@
 //
 // Example:
 //   WISP_ASSIGN_OR_RETURN(k8s::Json pod, k8s::ParseJson(body, "request.object"));
-//   std::string ptr = k8s::JoinPointer({"metadata", "annotations", "a/b"});  // /metadata/annotations/a~1b
+//   std::string ptr = k8s::JoinPointer({"metadata", "annotations", "a/b"});  //
+//   /metadata/annotations/a~1b
 #include <initializer_list>
 #include <string>
 #include <string_view>

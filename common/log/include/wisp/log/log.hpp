@@ -1,5 +1,6 @@
 #pragma once
-// Logging for every wisp binary: spdlog, text or JSON lines, level from --log-level / WISP_LOG_LEVEL.
+// Logging for every wisp binary: spdlog, text or JSON lines, level from --log-level /
+// WISP_LOG_LEVEL.
 //
 // Contract:
 //   - Init() once from main(); before it, Get() returns loggers that write text at info to stderr.
@@ -33,7 +34,8 @@ struct Options {
   spdlog::sink_ptr sink;
 };
 
-// Validates the options (InvalidArgument naming "log-level" or "log-format") and installs the sinks.
+// Validates the options (InvalidArgument naming "log-level" or "log-format") and installs the
+// sinks.
 absl::Status Init(const Options& options);
 
 std::shared_ptr<spdlog::logger> Get(std::string_view name);

@@ -8,7 +8,8 @@
 //     through PR_SET_PDEATHSIG, when the test process dies). stdout+stderr of each child go to a
 //     log file (Process::log_path()) that survives the test for post-mortem reading.
 //   - NatsServer::Start() returns once the server logs "Server is ready" and accepts TCP; Kill() is
-//     SIGKILL; Restart() starts it again on the same port with the same store (JetStream data kept).
+//     SIGKILL; Restart() starts it again on the same port with the same store (JetStream data
+//     kept).
 //   - BinaryPath("wisp-policy") is the build's bin dir (WISP_BIN_DIR, set by CMake) + name.
 //
 // Example:
@@ -101,11 +102,11 @@ class Process {
 class NatsServer {
  public:
   struct Options {
-    int port = 0;                // 0 = a free port
+    int port = 0;  // 0 = a free port
     bool jetstream = true;
-    std::string store_dir;       // "" = a temp dir owned by the server object
-    std::string server_name;     // required for JetStream in a cluster
-    std::string cluster_name;    // set with cluster_port/routes to join a cluster
+    std::string store_dir;     // "" = a temp dir owned by the server object
+    std::string server_name;   // required for JetStream in a cluster
+    std::string cluster_name;  // set with cluster_port/routes to join a cluster
     int cluster_port = 0;
     std::vector<std::string> routes;  // nats://127.0.0.1:<cluster port> of the others
     std::vector<std::string> extra_args;

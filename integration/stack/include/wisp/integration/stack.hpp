@@ -29,10 +29,10 @@ struct StackOptions {
   bool policy = true;
   bool populator = true;
   bool gateway = true;
-  bool auth = false;                   // per-service NATS users (scripts/nats-auth)
+  bool auth = false;  // per-service NATS users (scripts/nats-auth)
   std::string failure_mode = "closed";
   std::string csi_role = "both";
-  std::string policy_file;             // "" = deploy/local/policy.yaml
+  std::string policy_file;                                     // "" = deploy/local/policy.yaml
   std::map<std::string, std::vector<std::string>> extra_args;  // per service name
 };
 

@@ -111,7 +111,8 @@ TEST_F(AdmissionHandlerTest, ValidateDenies) {
     "domain":{"devices":{"filesystems":[{"name":"t","virtiofs":{}}]}},
     "volumes":[{"name":"t","serviceAccount":{"serviceAccountName":"sa",
       "serviceAccountToken":{"expirationSeconds":300,"path":"token"}}}]}})";
-  http::Response resp = handler.Validate(Post(Review("kubevirt.io", "VirtualMachineInstance", vmi)));
+  http::Response resp =
+      handler.Validate(Post(Review("kubevirt.io", "VirtualMachineInstance", vmi)));
   ASSERT_EQ(resp.status, 200) << resp.body;
   Json out = Json::parse(resp.body);
   EXPECT_EQ(out["response"]["allowed"], false);
@@ -159,9 +160,9 @@ TEST_F(AdmissionHandlerTest, BadRequestsNameTheProblem) {
   }
   EXPECT_EQ(Count("error"), 6);
   // application/json with parameters is fine.
-  EXPECT_EQ(handler.Mutate(Post(Review("", "Pod", kPod), "", "application/json; charset=utf-8"))
-                .status,
-            200);
+  EXPECT_EQ(
+      handler.Mutate(Post(Review("", "Pod", kPod), "", "application/json; charset=utf-8")).status,
+      200);
 }
 
 // Tests both failure modes when the policy service is down or too slow.
@@ -172,7 +173,8 @@ TEST_F(AdmissionHandlerTest, FailureModes) {
   EXPECT_EQ(c["response"]["uid"], "3f2a-uid");
   EXPECT_EQ(c["response"]["allowed"], false);
   EXPECT_EQ(c["response"]["status"]["code"], 500);
-  EXPECT_EQ(c["response"]["status"]["message"], "wisp policy unavailable: UNAVAILABLE: no responders");
+  EXPECT_EQ(c["response"]["status"]["message"],
+            "wisp policy unavailable: UNAVAILABLE: no responders");
   EXPECT_EQ(Count("fail_closed"), 1);
 
   bus_.DropReplies(bus::subjects::kPolicyValidate);

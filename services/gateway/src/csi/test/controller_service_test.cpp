@@ -92,7 +92,8 @@ TEST_F(ControllerServiceTest, RejectsBadCreateRequests) {
   };
   const std::vector<Case> cases = {
       {"no name", [](auto& r) { r.clear_name(); }, "name is required"},
-      {"no caps", [](auto& r) { r.clear_volume_capabilities(); }, "volume_capabilities is required"},
+      {"no caps", [](auto& r) { r.clear_volume_capabilities(); },
+       "volume_capabilities is required"},
       {"block", [](auto& r) { r.mutable_volume_capabilities(0)->mutable_block(); },
        "volume_capabilities[0]: block access is not supported"},
       {"multi node",
@@ -133,8 +134,7 @@ TEST_F(ControllerServiceTest, DeleteIsIdempotent) {
   EXPECT_TRUE(controller_->Delete(del, kBudget).ok());
   EXPECT_EQ(populator_.size(), 0u);
   del.clear_volume_id();
-  EXPECT_EQ(controller_->Delete(del, kBudget).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(controller_->Delete(del, kBudget).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Tests ValidateVolumeCapabilities: unknown volume, confirmed mount, unconfirmed block.
@@ -177,12 +177,12 @@ TEST_F(ControllerServiceTest, ListsWithPaging) {
 
 // Tests that GetCapacity asks the node named by the topology over the bus.
 TEST_F(ControllerServiceTest, GetCapacityAsksTheNode) {
-  auto sub = *bus_.Serve(bus::subjects::Node("node-b", "csi.capacity"), "",
-                         [](const bus::Request&) {
-                           v1::NodeCapacityResponse resp;
-                           resp.set_available_bytes(12345);
-                           return bus::ProtoReply(resp);
-                         });
+  auto sub =
+      *bus_.Serve(bus::subjects::Node("node-b", "csi.capacity"), "", [](const bus::Request&) {
+        v1::NodeCapacityResponse resp;
+        resp.set_available_bytes(12345);
+        return bus::ProtoReply(resp);
+      });
   ::csi::v1::GetCapacityRequest req;
   (*req.mutable_accessible_topology()->mutable_segments())[kTopologyKey] = "node-b";
   auto resp = controller_->Capacity(req, kBudget);

@@ -41,19 +41,20 @@ inline std::string ReadFile(const std::string& path) {
 class FakeTokenService {
  public:
   FakeTokenService(bus::testing::InMemoryBus& bus, const Clock& clock) : clock_(clock) {
-    sub_ = *bus.Serve(bus::subjects::kTokenIssue, bus::queues::kToken,
-                      [this](const bus::Request& r) -> bus::Reply {
-                        auto req = bus::ParseBody<v1::IssueRequest>(r);
-                        if (!req.ok()) return bus::Reply::Error(req.status());
-                        std::lock_guard lock(mu_);
-                        last_ = *req;
-                        v1::IssueResponse resp;
-                        resp.set_token("tok-" + std::to_string(++issued_));
-                        resp.set_issued_at_unix(clock_.NowUnixSeconds());
-                        resp.set_expiration_unix(clock_.NowUnixSeconds() +
-                                                 (req->expiration_seconds() ? req->expiration_seconds() : 3600));
-                        return bus::ProtoReply(resp);
-                      });
+    sub_ = *bus.Serve(
+        bus::subjects::kTokenIssue, bus::queues::kToken,
+        [this](const bus::Request& r) -> bus::Reply {
+          auto req = bus::ParseBody<v1::IssueRequest>(r);
+          if (!req.ok()) return bus::Reply::Error(req.status());
+          std::lock_guard lock(mu_);
+          last_ = *req;
+          v1::IssueResponse resp;
+          resp.set_token("tok-" + std::to_string(++issued_));
+          resp.set_issued_at_unix(clock_.NowUnixSeconds());
+          resp.set_expiration_unix(clock_.NowUnixSeconds() +
+                                   (req->expiration_seconds() ? req->expiration_seconds() : 3600));
+          return bus::ProtoReply(resp);
+        });
   }
   int issued() const {
     std::lock_guard lock(mu_);

@@ -17,10 +17,10 @@
 namespace wisp::gateway::csi {
 namespace {
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::FakePopulator;
 using testing::FakeTokenService;
+using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::ReadFile;
 using testing::TokenPublish;
 

@@ -100,9 +100,9 @@ TEST(TokenVolumeTest, PicksKubeletTokenForAudience) {
 
 // Tests that malformed kubelet token maps are refused without echoing their content.
 TEST(TokenVolumeTest, RejectsMalformedKubeletTokens) {
-  for (std::string bad : {std::string(), std::string("not json eyJsecret"),
-                          std::string(R"({"vault":"eyJsecret"})"),
-                          std::string(R"({"vault":{"token":""}})")}) {
+  for (std::string bad :
+       {std::string(), std::string("not json eyJsecret"), std::string(R"({"vault":"eyJsecret"})"),
+        std::string(R"({"vault":{"token":""}})")}) {
     SCOPED_TRACE(bad);
     VolumeContext c = PodContext();
     if (!bad.empty()) c[kServiceAccountTokensKey] = bad;

@@ -15,10 +15,10 @@
 //     is redelivered (delivery_count grows) until max_deliver; InProgress restarts ack_wait;
 //     work-queue streams drop a message once acked or terminated; Nats-Msg-Id de-duplicates within
 //     the duplicate window. Time for all of this comes from the injected Clock (use FakeClock and
-//     Advance() instead of sleeping). Fetch returns at once when something is deliverable, else waits
-//     up to `timeout` of real time for a publish or a FakeClock advance that makes something due
-//     (noticed within ~5 ms), so a runner thread blocked in Fetch picks up redeliveries; pass 0 in
-//     tests that must not block.
+//     Advance() instead of sleeping). Fetch returns at once when something is deliverable, else
+//     waits up to `timeout` of real time for a publish or a FakeClock advance that makes something
+//     due (noticed within ~5 ms), so a runner thread blocked in Fetch picks up redeliveries; pass 0
+//     in tests that must not block.
 //   - KV: revisions are per bucket and grow by one per write; Update is compare-and-set (Aborted on
 //     a stale revision); Delete leaves a marker (Get -> NotFound, Watch sees deleted=true); Watch
 //     delivers the current live entries, then the end marker (empty key), then every change.
