@@ -21,18 +21,6 @@ absl::Status ErrnoError(const std::string& what) {
   return absl::InternalError(what + ": " + std::strerror(errno));
 }
 
-std::vector<std::string_view> Elements(std::string_view path) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    if (end > start) parts.push_back(path.substr(start, end - start));
-    start = end + 1;
-  }
-  return parts;
-}
-
 // Reads a whole file; NotFound when it does not exist.
 absl::StatusOr<std::string> ReadFile(const std::string& path, uint32_t* mode) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -108,7 +96,7 @@ absl::Status ValidatePath(std::string_view path) {
     return absl::InvalidArgumentError(
         "invalid path: must be less than or equal to 4096 characters");
   }
-  std::vector<std::string_view> items = Elements(path);
+  std::vector<std::string_view> items = SplitPath(path);
   for (std::string_view item : items) {
     if (item == "..") {
       return absl::InvalidArgumentError("invalid path: must not contain '..': " + p);

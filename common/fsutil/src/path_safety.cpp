@@ -3,9 +3,7 @@
 #include <vector>
 
 namespace wisp::fsutil {
-namespace {
-
-std::vector<std::string_view> Split(std::string_view path) {
+std::vector<std::string_view> SplitPath(std::string_view path) {
   std::vector<std::string_view> parts;
   size_t start = 0;
   while (start <= path.size()) {
@@ -17,13 +15,11 @@ std::vector<std::string_view> Split(std::string_view path) {
   return parts;
 }
 
-}  // namespace
-
 std::string CleanPath(std::string_view path) {
   if (path.empty()) return ".";
   const bool rooted = path.front() == '/';
   std::vector<std::string_view> out;
-  for (std::string_view part : Split(path)) {
+  for (std::string_view part : SplitPath(path)) {
     if (part == ".") continue;
     if (part == "..") {
       if (!out.empty() && out.back() != "..") {
@@ -45,7 +41,7 @@ std::string CleanPath(std::string_view path) {
 }
 
 bool HasDotDot(std::string_view path) {
-  for (std::string_view part : Split(path)) {
+  for (std::string_view part : SplitPath(path)) {
     if (part == "..") return true;
   }
   return false;

@@ -16,6 +16,9 @@
 namespace wisp::fsutil {
 
 // Lexically cleaned path in the manner of Go's filepath.Clean ("/a//b/./c/" -> "/a/b/c").
+// The non-empty elements of a '/'-separated path ("a//b/" -> {"a", "b"}); views into `path`.
+std::vector<std::string_view> SplitPath(std::string_view path);
+
 std::string CleanPath(std::string_view path);
 
 // True when any element of `path` is exactly "..".
