@@ -1,6 +1,9 @@
 #include "token_server.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -37,7 +40,11 @@ class FakeSts : public StsClient {
 class TokenServerTest : public ::testing::Test {
  protected:
   void SetUp() override { std::ofstream(path_) << "subject-jwt\n"; }
-  const std::string path_ = ::testing::TempDir() + "/sidecar-token";
+  void TearDown() override { std::remove(path_.c_str()); }
+  // One file per test and process: ctest runs the tests of this fixture in parallel.
+  const std::string path_ = ::testing::TempDir() + "/sidecar-token-" +
+                            ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
+                            std::to_string(::getpid());
   FakeClock clock_;
   FakeSts sts_;
   TokenFile file_{path_};
