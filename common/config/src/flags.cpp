@@ -294,7 +294,12 @@ absl::Status Flags::Parse(int argc, const char* const* argv) {
       if (!root.IsMap())
         return absl::InvalidArgumentError("--config: " + config_file + ": not a YAML mapping");
       for (const auto& kv : root) {
-        const std::string key = kv.first.as<std::string>();
+        // Only scalars are read, never converted with as<>() (which throws on a mapping or a
+        // sequence where a scalar was expected).
+        if (!kv.first.IsScalar()) {
+          return absl::InvalidArgumentError("--config: " + config_file + ": keys must be scalars");
+        }
+        const std::string key = kv.first.Scalar();
         Impl::Setting* s = impl_->Find(key);
         if (s == nullptr) {
           return absl::InvalidArgumentError("--config: " + config_file + ": unknown setting " +
@@ -302,10 +307,15 @@ absl::Status Flags::Parse(int argc, const char* const* argv) {
         }
         std::string text;
         if (kv.second.IsSequence()) {
-          for (const auto& item : kv.second)
-            text += (text.empty() ? "" : ",") + item.as<std::string>();
+          for (const auto& item : kv.second) {
+            if (!item.IsScalar()) {
+              return absl::InvalidArgumentError(config_file + ": " + key +
+                                                ": list items must be scalars");
+            }
+            text += (text.empty() ? "" : ",") + item.Scalar();
+          }
         } else if (kv.second.IsScalar()) {
-          text = kv.second.as<std::string>();
+          text = kv.second.Scalar();
         } else {
           return absl::InvalidArgumentError(config_file + ": " + key +
                                             ": must be a scalar or a list");

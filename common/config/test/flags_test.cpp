@@ -107,6 +107,21 @@ TEST(FlagsTest, RejectsBadFile) {
   EXPECT_NE(std::string(st.message()).find("unknown setting \"colour\""), std::string::npos);
 }
 
+// Tests that a list holding a mapping is refused with a message, not an exception (a fuzzer find:
+// fuzz/regressions/config/list-with-mapping).
+TEST(FlagsTest, RejectsNonScalarListItems) {
+  const std::string file = testing::TempDir() + "/flags_list_map.yaml";
+  std::ofstream(file) << "nats-url: [,ose: true\nknae21k]";
+  Settings s;
+  Flags flags("prog", "test");
+  Declare(flags, s);
+  auto st = ParseArgs(flags, {"--config", file.c_str()});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("nats-url: list items must be scalars"),
+            std::string::npos)
+      << st.message();
+}
+
 // Tests that --help documents every setting with its environment variable and default.
 TEST(FlagsTest, HelpDocumentsEverySetting) {
   Settings s;
