@@ -1,4 +1,5 @@
 #include <cctype>
+#include <charconv>
 
 #include "wisp/http/server.hpp"
 
@@ -48,6 +49,28 @@ std::string JsonEscape(std::string_view in) {
 }
 
 }  // namespace
+
+absl::StatusOr<HostPort> ParseHostPort(std::string_view field, std::string_view address) {
+  const std::string quoted = std::string(field) + ": \"" + std::string(address) + "\"";
+  const auto colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == address.size()) {
+    return absl::InvalidArgumentError(quoted + " is not host:port");
+  }
+  const std::string_view digits = address.substr(colon + 1);
+  int port = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (ec != std::errc() || end != digits.data() + digits.size() || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(quoted + " has no valid port");
+  }
+  HostPort out;
+  out.port = static_cast<uint16_t>(port);
+  std::string_view host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  out.host = host.empty() ? "0.0.0.0" : std::string(host);
+  return out;
+}
 
 std::string_view Request::Header(std::string_view lower_name) const {
   auto it = headers.find(lower_name);

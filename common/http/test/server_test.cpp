@@ -159,5 +159,21 @@ TEST_F(ServerTest, ServesTlsAndReloadsCertificate) {
   EXPECT_EQ(subject_cn(TLS1_2_VERSION), "second");
 }
 
+// Tests that listen addresses parse, and bad ones are refused naming the setting.
+TEST(ParseHostPortTest, ParsesAndNamesTheField) {
+  auto a = ParseHostPort("metrics-address", "127.0.0.1:9090");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 9090);
+  EXPECT_EQ(ParseHostPort("x", ":8443")->host, "0.0.0.0");
+  EXPECT_EQ(ParseHostPort("x", "[::1]:0")->host, "::1");
+  for (const char* bad : {"9090", "host:", "host:99999", "host:abc", "host:80x"}) {
+    SCOPED_TRACE(bad);
+    auto st = ParseHostPort("listen-address", bad).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(st.message()).rfind("listen-address: \"", 0), 0u) << st.message();
+  }
+}
+
 }  // namespace
 }  // namespace wisp::http

@@ -61,25 +61,9 @@ void Endpoint::AddReadinessCheck(std::string name, Check check) {
 }
 
 absl::Status Endpoint::Start(const std::string& address) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos || colon + 1 == address.size()) {
-    return absl::InvalidArgumentError("metrics-address: \"" + address + "\" is not host:port");
-  }
-  int port = 0;
-  try {
-    port = std::stoi(address.substr(colon + 1));
-  } catch (const std::exception&) {
-    port = -1;
-  }
-  if (port < 0 || port > 65535) {
-    return absl::InvalidArgumentError("metrics-address: \"" + address + "\" has no valid port");
-  }
-  std::string host = address.substr(0, colon);
-  if (host.empty()) host = "0.0.0.0";
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  WISP_ASSIGN_OR_RETURN(impl_->server, http::Server::Create({.address = host,
-                                                             .port = static_cast<uint16_t>(port),
+  WISP_ASSIGN_OR_RETURN(http::HostPort listen, http::ParseHostPort("metrics-address", address));
+  WISP_ASSIGN_OR_RETURN(impl_->server, http::Server::Create({.address = listen.host,
+                                                             .port = listen.port,
                                                              .max_body_bytes = 1024,
                                                              .threads = 1,
                                                              .name = "metrics"}));

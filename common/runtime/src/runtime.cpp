@@ -182,7 +182,6 @@ void Process::WaitForSignal() {
 
 int Process::Shutdown() {
   auto logger = log::Get("runtime");
-  int code = 0;
   // One deadline for everything: NatsBus::Drain stops every served subject (the micro endpoints
   // included), lets delivered requests finish and closes, all within drain-timeout, even when NATS
   // is unreachable. Draining each endpoint on its own would wait per subscription.
@@ -195,7 +194,7 @@ int Process::Shutdown() {
   if (endpoint_) endpoint_->Stop();
   SPDLOG_LOGGER_INFO(logger, "{} stopped", service_);
   spdlog::shutdown();
-  return code;
+  return 0;
 }
 
 int Fail(std::string_view service, const absl::Status& status) {

@@ -61,7 +61,6 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
                "Controller role: the node a CreateVolume without accessibility requirements goes "
                "to; empty = --node-name (right for the local stack, not for a controller "
                "Deployment, where external-provisioner sends topology).");
-  flags.Int("upload-max-bytes", &s.upload_max_bytes, "Largest upload accepted on /v1/upload/.");
 }
 
 absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
@@ -80,10 +79,7 @@ absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
           "only HTTPS; scripts/local-up creates a local CA and certificate; a node-only gateway "
           "sets --listen-address \"\")");
     }
-    if (s.listen_address.rfind(':') == std::string::npos) {
-      return absl::InvalidArgumentError("listen-address: \"" + s.listen_address +
-                                        "\" is not host:port");
-    }
+    WISP_RETURN_IF_ERROR(http::ParseHostPort("listen-address", s.listen_address).status());
   }
   if (s.node_name.empty()) return absl::InvalidArgumentError("node-name: required");
   if (!s.csi_endpoint.empty() && s.csi_endpoint.rfind("unix://", 0) != 0) {
@@ -102,21 +98,11 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
   auto logger = log::Get("gateway");
 
   if (!settings.listen_address.empty()) {
-    const auto colon = settings.listen_address.rfind(':');
-    std::string host = settings.listen_address.substr(0, colon);
-    if (host.empty()) host = "0.0.0.0";
-    int port = -1;
-    try {
-      port = std::stoi(settings.listen_address.substr(colon + 1));
-    } catch (const std::exception&) {
-    }
-    if (port < 0 || port > 65535) {
-      return absl::InvalidArgumentError("listen-address: \"" + settings.listen_address +
-                                        "\" has no valid port");
-    }
+    WISP_ASSIGN_OR_RETURN(http::HostPort listen,
+                          http::ParseHostPort("listen-address", settings.listen_address));
     WISP_ASSIGN_OR_RETURN(gw->https_,
-                          http::Server::Create({.address = host,
-                                                .port = static_cast<uint16_t>(port),
+                          http::Server::Create({.address = listen.host,
+                                                .port = listen.port,
                                                 .cert_file = settings.tls_cert,
                                                 .key_file = settings.tls_key,
                                                 .threads = static_cast<int>(settings.http_threads),

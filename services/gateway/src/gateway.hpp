@@ -32,8 +32,6 @@ struct GatewaySettings {
   std::string target_root = "/var/lib/kubelet";
   std::string staging_root;
   std::string default_node;
-  // Upload
-  int64_t upload_max_bytes = int64_t{64} << 30;
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& settings);

@@ -29,6 +29,7 @@ TEST(GatewaySettingsTest, RejectsInvalidSettingsNamingThem) {
        "tls-cert: required"},
       {[](GatewaySettings& s) { s.listen_address.clear(); }, "listen-address: empty"},
       {[](GatewaySettings& s) { s.listen_address = "8443"; }, "listen-address"},
+      {[](GatewaySettings& s) { s.listen_address = "0.0.0.0:99999"; }, "listen-address"},
       {[](GatewaySettings& s) { s.csi_endpoint = "/run/csi.sock"; }, "csi-endpoint"},
       {[](GatewaySettings& s) { s.node_name.clear(); }, "node-name: required"},
   };

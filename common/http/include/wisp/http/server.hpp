@@ -58,6 +58,14 @@ struct Response {
 
 using Handler = std::function<Response(const Request&)>;
 
+struct HostPort {
+  std::string host;  // "0.0.0.0" when the address had none; IPv6 without brackets
+  uint16_t port = 0;
+};
+// Parses a listen address "host:port", ":port" or "[v6]:port". InvalidArgument naming `field`
+// ("metrics-address: \"x\" is not host:port") when it is not one.
+absl::StatusOr<HostPort> ParseHostPort(std::string_view field, std::string_view address);
+
 struct ServerOptions {
   std::string address = "0.0.0.0";
   uint16_t port = 0;        // 0 = pick a free port (see Server::port())
