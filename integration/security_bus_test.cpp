@@ -89,14 +89,16 @@ class BusPermissionsTest : public ::testing::Test {
     return ReadAll(dir_->path() + "/secrets/nats-" + user + ".password");
   }
 
-  // A connection as `user`; JetStream calls give up after 0.5 s (a denied JS API call gets no
-  // reply).
-  static std::unique_ptr<NatsBus> Connect(const std::string& user) {
+  // A connection as `user` with its reply inboxes under `_INBOX.<user>` (what the binaries use,
+  // or `inbox_prefix` when given); JetStream calls give up after 0.5 s (a denied JS API call gets
+  // no reply).
+  static std::unique_ptr<NatsBus> Connect(const std::string& user, std::string inbox_prefix = "") {
     NatsBusOptions o;
     o.servers = {nats_->url()};
     o.name = "sec-" + user;
     o.user = user;
     o.password = Password(user);
+    o.inbox_prefix = inbox_prefix.empty() ? "_INBOX." + user : inbox_prefix;
     o.jetstream_timeout = 500ms;
     auto bus = NatsBus::Connect(o);
     EXPECT_TRUE(bus.ok()) << user << ": " << bus.status();
@@ -358,6 +360,48 @@ TEST_F(BusPermissionsTest, ServiceCannotAnswerOthersSubjects) {
       ASSERT_TRUE(ok.ok()) << ok.status();
       EXPECT_EQ(ok->data, "mine");
     }
+  }
+}
+
+// Tests that a reply reaches only the user that asked: the gateway's token request is answered,
+// while every other service user (and wispctl) trying to listen on all inboxes, on the gateway's
+// inboxes, or to receive replies under someone else's prefix, sees nothing and gets no answers.
+TEST_F(BusPermissionsTest, RepliesReachOnlyTheirRequester) {
+  auto token = Connect("wisp-token");
+  auto gw = Connect("wisp-gateway");
+  ASSERT_TRUE(token && gw);
+  auto serving = token->Serve(subjects::kTokenIssue, "",
+                              [](const bus::Request&) { return bus::Reply::Ok("a-token"); });
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  ASSERT_TRUE(token->Request("$JS.API.INFO", "", 2s).ok());
+
+  std::vector<std::unique_ptr<NatsBus>> spies;
+  std::vector<std::unique_ptr<Tap>> taps;
+  for (const std::string user : {"wisp-policy", "wisp-populator", "wisp-token", "wispctl"}) {
+    auto spy = Connect(user);
+    ASSERT_NE(spy, nullptr) << user;
+    taps.push_back(Listen(*spy, "_INBOX.>"));
+    taps.push_back(Listen(*spy, "_INBOX.wisp-gateway.>"));
+    taps.push_back(Listen(*spy, ">"));
+    // Round trip so the server has refused those subscriptions (wispctl may not call $JS.API).
+    (void)spy->Request("$SRV.PING", "", 300ms);
+    spies.push_back(std::move(spy));
+  }
+  for (int i = 0; i < 5; ++i) {
+    auto reply = gw->Request(subjects::kTokenIssue, "issue", 2s);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->data, "a-token");
+  }
+  std::this_thread::sleep_for(100ms);
+  for (size_t i = 0; i < taps.size(); ++i) EXPECT_EQ(taps[i]->n.load(), 0) << "spy tap " << i;
+
+  // A client that makes its inboxes under another user's prefix (or the shared default) cannot
+  // subscribe to them, so even its own permitted requests go unanswered.
+  for (const std::string prefix : {"_INBOX", "_INBOX.wisp-gateway"}) {
+    auto impostor = Connect("wisp-policy", prefix);
+    ASSERT_NE(impostor, nullptr);
+    auto reply = impostor->Request("$JS.API.INFO", "", 500ms);  // permitted to publish
+    EXPECT_FALSE(reply.ok()) << "wisp-policy got a reply under " << prefix;
   }
 }
 

@@ -1022,6 +1022,17 @@ absl::Status ValidateOptions(const NatsBusOptions& o) {
     return absl::InvalidArgumentError("nats tls: tls_cert_file and tls_key_file go together");
   }
   if (o.serve_threads < 1) return absl::InvalidArgumentError("nats serve_threads must be >= 1");
+  if (!o.inbox_prefix.empty()) {
+    // A literal subject: dot-separated non-empty tokens of printable characters, no wildcards.
+    const std::string_view p = o.inbox_prefix;
+    bool ok = p.front() != '.' && p.back() != '.' && p.find("..") == std::string_view::npos;
+    for (char c : p) ok &= c > ' ' && c < 0x7f && c != '*' && c != '>';
+    if (!ok) {
+      return absl::InvalidArgumentError("nats inbox_prefix: \"" + o.inbox_prefix +
+                                        "\" is not a literal subject (tokens separated by '.', no "
+                                        "spaces, no '*' or '>')");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -1074,6 +1085,10 @@ absl::StatusOr<std::unique_ptr<NatsBus>> NatsBus::Connect(const NatsBusOptions& 
     WISP_RETURN_IF_ERROR(check(natsOptions_LoadCertificatesChain(o, options.tls_cert_file.c_str(),
                                                                  options.tls_key_file.c_str()),
                                "tls_cert_file/tls_key_file"));
+  }
+  if (!options.inbox_prefix.empty()) {
+    WISP_RETURN_IF_ERROR(
+        check(natsOptions_SetCustomInboxPrefix(o, options.inbox_prefix.c_str()), "inbox_prefix"));
   }
   natsOptions_SetTimeout(o, Ms(options.connect_timeout));
   natsOptions_SetAllowReconnect(o, true);
@@ -1170,12 +1185,19 @@ absl::StatusOr<std::vector<Message>> NatsBus::RequestMany(std::string_view subje
                                                           int max_replies, const Headers& headers) {
   const auto deadline = Clock::now() + timeout;
   WISP_RETURN_IF_ERROR(impl_->CheckConnected(subject));
-  natsInbox* inbox = nullptr;
-  natsStatus s = natsInbox_Create(&inbox);
+  // nats.c's public natsInbox_Create ignores the connection's custom prefix; keep its unique
+  // token and put this connection's prefix in front.
+  natsInbox* raw_inbox = nullptr;
+  natsStatus s = natsInbox_Create(&raw_inbox);
   if (s != NATS_OK) return FromNats(s, "creating inbox");
-  std::unique_ptr<natsInbox, void (*)(natsInbox*)> inbox_guard(inbox, natsInbox_Destroy);
+  std::string inbox(raw_inbox);
+  natsInbox_Destroy(raw_inbox);
+  if (!impl_->options.inbox_prefix.empty()) {
+    const size_t dot = inbox.rfind('.');
+    inbox = impl_->options.inbox_prefix + inbox.substr(dot == std::string::npos ? 0 : dot);
+  }
   natsSubscription* sub = nullptr;
-  s = natsConnection_SubscribeSync(&sub, impl_->nc, inbox);
+  s = natsConnection_SubscribeSync(&sub, impl_->nc, inbox.c_str());
   if (s != NATS_OK) return FromNats(s, "subscribing to reply inbox");
   auto sub_guard =
       std::unique_ptr<natsSubscription, void (*)(natsSubscription*)>(sub, [](natsSubscription* x) {
@@ -1183,7 +1205,7 @@ absl::StatusOr<std::vector<Message>> NatsBus::RequestMany(std::string_view subje
         natsSubscription_Destroy(x);
       });
   WISP_ASSIGN_OR_RETURN(MsgPtr msg,
-                        BuildMsg(subject, inbox, data, RequestHeaders(headers, timeout)));
+                        BuildMsg(subject, inbox.c_str(), data, RequestHeaders(headers, timeout)));
   s = natsConnection_PublishMsg(impl_->nc, msg.get());
   if (s != NATS_OK) return FromNats(s, "request on " + std::string(subject));
   std::vector<Message> out;

@@ -31,7 +31,10 @@ absl::StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   if (all_digits) {
     int64_t n = 0;
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-    if (ec != std::errc()) return absl::InvalidArgumentError(Quote(text) + " is out of range");
+    // The same bound as the unit form below (1e15 ms, about 31,000 years), so "n * 1000" cannot
+    // overflow.
+    if (ec != std::errc() || n > 1'000'000'000'000)
+      return absl::InvalidArgumentError(Quote(text) + " is out of range");
     return std::chrono::milliseconds(n * 1000);
   }
   double total_ms = 0;

@@ -143,6 +143,10 @@ TEST(FlagsTest, Durations) {
   EXPECT_EQ(*ParseDuration("1h30m"), std::chrono::minutes(90));
   EXPECT_FALSE(ParseDuration("").ok());
   EXPECT_FALSE(ParseDuration("h").ok());
+  // Bare seconds past the range are refused, not multiplied into an overflow.
+  EXPECT_EQ(ParseDuration("66666666666666666").status().message(),
+            "\"66666666666666666\" is out of range");
+  EXPECT_EQ(*ParseDuration("1000000000000"), std::chrono::seconds(1'000'000'000'000));
   EXPECT_EQ(FormatDuration(std::chrono::minutes(90)), "1h30m");
   EXPECT_EQ(FormatDuration(std::chrono::milliseconds(1500)), "1500ms");
 }

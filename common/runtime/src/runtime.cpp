@@ -23,6 +23,10 @@ void AddCommonFlags(config::Flags& flags, CommonSettings& s) {
   flags.String("nats-ca", &s.nats_ca, "CA bundle that verifies the NATS servers' certificates.");
   flags.String("nats-cert", &s.nats_cert, "Client certificate for NATS TLS (with --nats-key).");
   flags.String("nats-key", &s.nats_key, "Client key for NATS TLS.");
+  flags.String("nats-inbox-prefix", &s.nats_inbox_prefix,
+               "Subject prefix of this process's reply inboxes. Empty means _INBOX.<service> "
+               "(for example _INBOX.wisp-token), so NATS can let each service user subscribe to "
+               "its own replies and nobody else's.");
   flags.String("metrics-address", &s.metrics_address,
                "host:port serving /metrics, /healthz and /readyz.");
   flags.Enum("log-level", &s.log_level,
@@ -91,6 +95,8 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(std::string service,
   options.tls_ca_file = settings.nats_ca;
   options.tls_cert_file = settings.nats_cert;
   options.tls_key_file = settings.nats_key;
+  options.inbox_prefix =
+      settings.nats_inbox_prefix.empty() ? "_INBOX." + service : settings.nats_inbox_prefix;
   options.retry_on_failed_connect = true;
   options.serve_threads = static_cast<int>(settings.serve_threads);
   options.registry = &metrics::Registry();

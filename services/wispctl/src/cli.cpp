@@ -20,6 +20,7 @@ absl::StatusOr<std::unique_ptr<bus::Bus>> Connect(const Connection& c) {
   bus::NatsBusOptions options;
   WISP_ASSIGN_OR_RETURN(options.servers, runtime::ParseNatsUrls(c.nats_url));
   options.name = "wispctl";
+  options.inbox_prefix = "_INBOX.wispctl";
   options.user = c.nats_user;
   options.password = c.nats_password;
   options.creds_file = c.nats_creds;

@@ -67,6 +67,11 @@ struct NatsBusOptions {
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Subject prefix of every reply inbox this connection creates (requests, RequestMany, JetStream
+  // API replies, pull fetches, KV watches). With one prefix per service user ("_INBOX.wisp-token")
+  // the server can allow each user to subscribe to its own replies only, so no client can read
+  // another's (a token issued to the gateway travels in a reply). Empty: nats.c's "_INBOX".
+  std::string inbox_prefix;
 
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds reconnect_wait{100};       // first backoff step

@@ -42,6 +42,8 @@ struct CommonSettings {
   std::string nats_ca;
   std::string nats_cert;
   std::string nats_key;
+  // Empty: "_INBOX.<service>" (the per-user reply prefix scripts/nats-auth and the chart allow).
+  std::string nats_inbox_prefix;
   std::string metrics_address = "0.0.0.0:9090";
   std::string log_level = "info";
   std::string log_format = "text";
