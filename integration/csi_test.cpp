@@ -173,6 +173,23 @@ TEST_F(CsiIntegrationTest, IdentityAndProbe) {
   EXPECT_EQ(node.accessible_topology().segments().at("topology.wisp.dev/node"), "node-a");
 }
 
+// Tests that Probe turns ready on a stack with per-service NATS users (scripts/nats-auth), as
+// scripts/local-up and the Helm chart run it: the gateway user may ping wisp-token and
+// wisp-populator. (It could not: every Probe said not ready, which the CSI livenessprobe sidecar
+// answers by restarting the plugin; csi-sanity only checks that Probe answers, and found it so.)
+TEST_F(CsiIntegrationTest, ProbeIsReadyWithPerServiceNatsUsers) {
+  ASSERT_NO_FATAL_FAILURE(StartStack({.auth = true}));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        ::csi::v1::ProbeResponse probe;
+        return client_->identity->Probe(CsiClient::Ctx().get(), {}, &probe).ok() &&
+               probe.ready().value();
+      },
+      15s))
+      << stack_->process("wisp-gateway").Log();
+  EXPECT_THAT(stack_->process("wisp-gateway").Log(), ::testing::Not(HasSubstr("Not Permitted")));
+}
+
 // Tests scenario 4 with the real wisp-token: a tmpfs with a JWT written atomically, then removed.
 TEST_F(CsiIntegrationTest, TokenVolumeWithWispToken) {
   ASSERT_NO_FATAL_FAILURE(StartStack());
