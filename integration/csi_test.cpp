@@ -8,6 +8,7 @@
 #include <linux/magic.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -173,6 +174,23 @@ TEST_F(CsiIntegrationTest, IdentityAndProbe) {
   EXPECT_EQ(node.accessible_topology().segments().at("topology.wisp.dev/node"), "node-a");
 }
 
+// Tests that Probe turns ready on a stack with per-service NATS users (scripts/nats-auth), as
+// scripts/local-up and the Helm chart run it: the gateway user may ping wisp-token and
+// wisp-populator. (It could not: every Probe said not ready, which the CSI livenessprobe sidecar
+// answers by restarting the plugin; csi-sanity only checks that Probe answers, and found it so.)
+TEST_F(CsiIntegrationTest, ProbeIsReadyWithPerServiceNatsUsers) {
+  ASSERT_NO_FATAL_FAILURE(StartStack({.auth = true}));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        ::csi::v1::ProbeResponse probe;
+        return client_->identity->Probe(CsiClient::Ctx().get(), {}, &probe).ok() &&
+               probe.ready().value();
+      },
+      15s))
+      << stack_->process("wisp-gateway").Log();
+  EXPECT_THAT(stack_->process("wisp-gateway").Log(), ::testing::Not(HasSubstr("Not Permitted")));
+}
+
 // Tests scenario 4 with the real wisp-token: a tmpfs with a JWT written atomically, then removed.
 TEST_F(CsiIntegrationTest, TokenVolumeWithWispToken) {
   ASSERT_NO_FATAL_FAILURE(StartStack());
@@ -335,6 +353,67 @@ TEST_F(CsiIntegrationTest, PersistentVolumeLifecycle) {
   ASSERT_TRUE(client_->controller->DeleteVolume(CsiClient::Ctx().get(), del, &deleted).ok());
 }
 
+// Tests a persistent volume across a gateway restart: the new process finds the bind mount the old
+// one made (NodeGetVolumeStats answered NOT_FOUND after a restart), accepts the same publish and
+// refuses the other access mode; and a mount point holding something else is never taken for a
+// volume (a restarted gateway used to adopt any mount at the target).
+TEST_F(CsiIntegrationTest, PersistentVolumeSurvivesGatewayRestart) {
+  ASSERT_NO_FATAL_FAILURE(StartStack());
+  ::csi::v1::CreateVolumeRequest create;
+  create.set_name("pvc-restart");
+  create.mutable_capacity_range()->set_required_bytes(16 << 20);
+  *create.add_volume_capabilities() = MountCapability();
+  ::csi::v1::CreateVolumeResponse created;
+  grpc::Status st = client_->controller->CreateVolume(CsiClient::Ctx(60s).get(), create, &created);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  const std::string id = created.volume().volume_id();
+  const std::string target = Target("restart-disk");
+  ::csi::v1::NodePublishVolumeRequest pub;
+  pub.set_volume_id(id);
+  pub.set_target_path(target);
+  *pub.mutable_volume_capability() = MountCapability();
+  ASSERT_TRUE(client_->Publish(pub).ok());
+  // Something else mounted at another target.
+  const std::string foreign = Target("foreign");
+  fs::create_directories(foreign);
+  ASSERT_EQ(::mount("tmpfs", foreign.c_str(), "tmpfs", 0, "size=1m"), 0) << std::strerror(errno);
+
+  stack_->Kill("wisp-gateway");
+  ASSERT_TRUE(stack_->StartService("wisp-gateway").ok());
+  ASSERT_TRUE(stack_->WaitReady("wisp-gateway").ok());
+  client_ = std::make_unique<CsiClient>(stack_->csi_socket());
+
+  ::csi::v1::NodeGetVolumeStatsRequest stats_req;
+  stats_req.set_volume_id(id);
+  stats_req.set_volume_path(target);
+  ::csi::v1::NodeGetVolumeStatsResponse stats;
+  st = client_->node->NodeGetVolumeStats(CsiClient::Ctx().get(), stats_req, &stats);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(stats.usage_size(), 2);
+  stats_req.set_volume_path(foreign);
+  st = client_->node->NodeGetVolumeStats(CsiClient::Ctx().get(), stats_req, &stats);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+
+  pub.set_readonly(true);
+  st = client_->Publish(pub);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS) << st.error_message();
+  pub.set_readonly(false);
+  st = client_->Publish(pub);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  pub.set_target_path(foreign);
+  st = client_->Publish(pub);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS) << st.error_message();
+  EXPECT_TRUE(IsTmpfs(foreign)) << "the foreign mount is left alone";
+  ::umount2(foreign.c_str(), MNT_DETACH);
+
+  ASSERT_TRUE(client_->Unpublish(id, target).ok());
+  EXPECT_FALSE(fs::exists(target));
+  ::csi::v1::DeleteVolumeRequest del;
+  del.set_volume_id(id);
+  ::csi::v1::DeleteVolumeResponse deleted;
+  EXPECT_TRUE(client_->controller->DeleteVolume(CsiClient::Ctx().get(), del, &deleted).ok());
+}
+
 // Tests that bad requests over the socket get InvalidArgument naming the field.
 TEST_F(CsiIntegrationTest, RefusesBadRequestsOverTheSocket) {
   ASSERT_NO_FATAL_FAILURE(StartStack());
@@ -363,6 +442,155 @@ TEST_F(CsiIntegrationTest, RefusesBadRequestsOverTheSocket) {
   }
   EXPECT_FALSE(fs::exists(stack_->target_root() + "/pods/bad/mount"));
   EXPECT_FALSE(fs::exists("/etc/wisp-bad"));
+}
+
+// Tests, over the socket, the contract the official csi-sanity suite checks (docs/operations.md,
+// "CSI conformance"), so a regression shows here without the Go tool: required fields, the
+// 128-character name, idempotent CreateVolume and ALREADY_EXISTS for another capacity, ListVolumes
+// paging and ABORTED for a token it did not issue, NOT_FOUND for unknown volumes, OK for deleting
+// one, and NodeUnpublishVolume removing the target it made.
+TEST_F(CsiIntegrationTest, MeetsTheCsiSanityContract) {
+  ASSERT_NO_FATAL_FAILURE(StartStack());
+  auto& controller = *client_->controller;
+  auto& node = *client_->node;
+  using grpc::StatusCode;
+
+  // CreateVolume: name, then capabilities, are required.
+  ::csi::v1::CreateVolumeRequest create;
+  ::csi::v1::CreateVolumeResponse created;
+  grpc::Status st = controller.CreateVolume(CsiClient::Ctx().get(), create, &created);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("name"));
+  create.set_name("sanity-no-caps");
+  st = controller.CreateVolume(CsiClient::Ctx().get(), create, &created);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("volume_capabilities"));
+
+  // The longest name CSI allows, no topology (the default node), created twice: one volume.
+  const int64_t size = int64_t{1} << 30;
+  create.set_name("sanity-maxlen-" + std::string(128 - 14, 'n'));
+  ASSERT_EQ(create.name().size(), 128u);
+  *create.add_volume_capabilities() = MountCapability();
+  create.mutable_capacity_range()->set_required_bytes(size);
+  create.mutable_capacity_range()->set_limit_bytes(size);
+  st = controller.CreateVolume(CsiClient::Ctx(60s).get(), create, &created);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  const std::string id = created.volume().volume_id();
+  EXPECT_GE(created.volume().capacity_bytes(), size);
+  ::csi::v1::CreateVolumeResponse again;
+  ASSERT_TRUE(controller.CreateVolume(CsiClient::Ctx(60s).get(), create, &again).ok());
+  EXPECT_EQ(again.volume().volume_id(), id);
+  create.mutable_capacity_range()->set_required_bytes(2 * size);
+  create.mutable_capacity_range()->set_limit_bytes(2 * size);
+  st = controller.CreateVolume(CsiClient::Ctx(60s).get(), create, &again);
+  EXPECT_EQ(st.error_code(), StatusCode::ALREADY_EXISTS) << st.error_message();
+  // A second volume, without a capacity range (the default capacity).
+  ::csi::v1::CreateVolumeRequest other;
+  other.set_name("sanity");
+  *other.add_volume_capabilities() = MountCapability();
+  ::csi::v1::CreateVolumeResponse other_created;
+  ASSERT_TRUE(controller.CreateVolume(CsiClient::Ctx(60s).get(), other, &other_created).ok());
+  EXPECT_GT(other_created.volume().capacity_bytes(), 0);
+
+  // ListVolumes: a page at a time visits every volume once; a foreign token is ABORTED.
+  std::vector<std::string> listed;
+  ::csi::v1::ListVolumesRequest list;
+  list.set_max_entries(1);
+  for (int page = 0; page < 10; ++page) {
+    ::csi::v1::ListVolumesResponse resp;
+    st = controller.ListVolumes(CsiClient::Ctx().get(), list, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_LE(resp.entries_size(), 1);
+    for (const auto& e : resp.entries()) listed.push_back(e.volume().volume_id());
+    if (resp.next_token().empty()) break;
+    list.set_starting_token(resp.next_token());
+  }
+  EXPECT_THAT(listed, ::testing::UnorderedElementsAre(id, other_created.volume().volume_id()));
+  list.set_starting_token("invalid-token");
+  ::csi::v1::ListVolumesResponse listed_bad;
+  st = controller.ListVolumes(CsiClient::Ctx().get(), list, &listed_bad);
+  EXPECT_EQ(st.error_code(), StatusCode::ABORTED) << st.error_message();
+  list.set_starting_token("");
+  list.set_max_entries(-1);
+  st = controller.ListVolumes(CsiClient::Ctx().get(), list, &listed_bad);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("max_entries"));
+
+  // ValidateVolumeCapabilities: confirmed for our volume, NOT_FOUND for another, fields required.
+  ::csi::v1::ValidateVolumeCapabilitiesRequest validate;
+  ::csi::v1::ValidateVolumeCapabilitiesResponse validated;
+  validate.set_volume_id(id);
+  st = controller.ValidateVolumeCapabilities(CsiClient::Ctx().get(), validate, &validated);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("volume_capabilities"));
+  *validate.add_volume_capabilities() = MountCapability();
+  st = controller.ValidateVolumeCapabilities(CsiClient::Ctx().get(), validate, &validated);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(validated.has_confirmed());
+  validate.set_volume_id("fake-vol-id-0123456789");
+  st = controller.ValidateVolumeCapabilities(CsiClient::Ctx().get(), validate, &validated);
+  EXPECT_EQ(st.error_code(), StatusCode::NOT_FOUND) << st.error_message();
+
+  // GetCapacity with nothing set answers (the default node's free space).
+  ::csi::v1::GetCapacityResponse capacity;
+  st = controller.GetCapacity(CsiClient::Ctx().get(), {}, &capacity);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_GT(capacity.available_capacity(), 0);
+
+  // Publish, then stats: NOT_FOUND for an unknown volume and for ours at a path it is not at.
+  const std::string target = Target("sanity");
+  ::csi::v1::NodePublishVolumeRequest pub;
+  pub.set_volume_id(id);
+  pub.set_target_path(target);
+  *pub.mutable_volume_capability() = MountCapability();
+  *pub.mutable_volume_context() = created.volume().volume_context();
+  for (int i = 0; i < 3; ++i) {
+    st = client_->Publish(pub);
+    ASSERT_TRUE(st.ok()) << "publish " << i << ": " << st.error_message();
+  }
+  ::csi::v1::NodeGetVolumeStatsRequest stats_req;
+  ::csi::v1::NodeGetVolumeStatsResponse stats;
+  stats_req.set_volume_id("fake-vol-id-0123456789");
+  stats_req.set_volume_path("some/path");
+  st = node.NodeGetVolumeStats(CsiClient::Ctx().get(), stats_req, &stats);
+  EXPECT_EQ(st.error_code(), StatusCode::NOT_FOUND) << st.error_message();
+  stats_req.set_volume_id(id);
+  st = node.NodeGetVolumeStats(CsiClient::Ctx().get(), stats_req, &stats);
+  EXPECT_EQ(st.error_code(), StatusCode::NOT_FOUND) << st.error_message();
+  stats_req.set_volume_path(target);
+  st = node.NodeGetVolumeStats(CsiClient::Ctx().get(), stats_req, &stats);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(stats.usage_size(), 2);
+
+  // NodeUnpublishVolume: fields required; it removes the target it created, and again is OK.
+  ::csi::v1::NodeUnpublishVolumeRequest unpub;
+  ::csi::v1::NodeUnpublishVolumeResponse unpublished;
+  st = node.NodeUnpublishVolume(CsiClient::Ctx().get(), unpub, &unpublished);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  unpub.set_volume_id(id);
+  st = node.NodeUnpublishVolume(CsiClient::Ctx().get(), unpub, &unpublished);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("target_path"));
+  ASSERT_TRUE(client_->Unpublish(id, target).ok());
+  EXPECT_FALSE(IsMountPoint(target));
+  EXPECT_FALSE(fs::exists(target));
+  EXPECT_TRUE(fs::exists(fs::path(target).parent_path())) << "the CO's directory stays";
+  EXPECT_TRUE(client_->Unpublish(id, target).ok());
+
+  // DeleteVolume: id required; deleting ours and an unknown one both answer OK.
+  ::csi::v1::DeleteVolumeRequest del;
+  ::csi::v1::DeleteVolumeResponse deleted;
+  st = controller.DeleteVolume(CsiClient::Ctx().get(), del, &deleted);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
+  for (const std::string& v :
+       {id, other_created.volume().volume_id(), std::string("fake-vol-id")}) {
+    del.set_volume_id(v);
+    st = controller.DeleteVolume(CsiClient::Ctx().get(), del, &deleted);
+    EXPECT_TRUE(st.ok()) << v << ": " << st.error_message();
+  }
+  ::csi::v1::ListVolumesResponse after;
+  ASSERT_TRUE(controller.ListVolumes(CsiClient::Ctx().get(), {}, &after).ok());
+  EXPECT_EQ(after.entries_size(), 0);
 }
 
 }  // namespace

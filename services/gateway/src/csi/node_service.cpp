@@ -55,6 +55,19 @@ bool Exists(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0;
 }
 
+// True when `target` shows the directory `source` (same device and inode), as a bind mount of
+// `source` on `target` does.
+bool ShowsDirectory(const std::string& target, const std::string& source) {
+  struct stat t, s;
+  return ::stat(target.c_str(), &t) == 0 && ::stat(source.c_str(), &s) == 0 && S_ISDIR(t.st_mode) &&
+         t.st_dev == s.st_dev && t.st_ino == s.st_ino;
+}
+
+bool MountedReadOnly(const std::string& path) {
+  struct statvfs vfs;
+  return ::statvfs(path.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY) != 0;
+}
+
 }  // namespace
 
 NodeService::NodeService(NodeOptions options, bus::Requester& requester, TokenIssuer& issuer,
@@ -313,7 +326,17 @@ absl::Status NodeService::PublishPersistent(const ::csi::v1::NodePublishVolumeRe
     std::lock_guard lock(mu_);
     auto it = binds_.find(target);
     if (it == binds_.end()) {
-      // A mount we do not remember (gateway restarted): take it as ours.
+      // A mount we do not remember (the gateway restarted): ours only if it shows this volume's
+      // directory, the way asked; never report someone else's mount as published.
+      if (!ShowsDirectory(target, volume.path())) {
+        return absl::AlreadyExistsError("target_path " + target +
+                                        " is a mount point that does not hold volume " + id);
+      }
+      const bool mounted_read_only = MountedReadOnly(target);
+      if (mounted_read_only != read_only) {
+        return absl::AlreadyExistsError("volume " + id + " is already published at " + target +
+                                        (mounted_read_only ? " read-only" : " read-write"));
+      }
       binds_[target] = BindState{id, read_only};
       return absl::OkStatus();
     }
@@ -486,6 +509,7 @@ absl::StatusOr<::csi::v1::NodeGetVolumeStatsResponse> NodeService::VolumeStats(
     if (auto it = binds_.find(path); it != binds_.end())
       known = known || it->second.volume_id == id;
   }
+  if (!known) known = AdoptBind(id, path);
   if (!known) return absl::NotFoundError("volume " + id + " is not published at " + path);
   struct statvfs vfs;
   if (::statvfs(path.c_str(), &vfs) != 0) {
@@ -503,6 +527,20 @@ absl::StatusOr<::csi::v1::NodeGetVolumeStatsResponse> NodeService::VolumeStats(
   inodes->set_available(static_cast<int64_t>(vfs.f_favail));
   inodes->set_used(static_cast<int64_t>(vfs.f_files - vfs.f_ffree));
   return response;
+}
+
+bool NodeService::AdoptBind(const std::string& volume_id, const std::string& path) {
+  // Only a plain volume id names a directory in the volume root, and only a mount point under
+  // the target roots can be a publication.
+  auto dir = fsutil::JoinUnder("volume_id", options_.volume_root, volume_id);
+  if (!dir.ok()) return false;
+  if (!fsutil::CheckPathUnder("volume_path", path, options_.target_roots).ok()) return false;
+  auto mounted = mounter_.IsMountPoint(path);
+  if (!mounted.ok() || !*mounted) return false;
+  if (!ShowsDirectory(path, *dir)) return false;
+  std::lock_guard lock(mu_);
+  binds_[path] = BindState{volume_id, MountedReadOnly(path)};
+  return true;
 }
 
 ::csi::v1::NodeGetCapabilitiesResponse NodeService::Capabilities() const {

@@ -112,6 +112,10 @@ class NodeService final : public ::csi::v1::Node::Service {
   std::mutex& VolumeLock(const std::string& volume_id);
   absl::Status RotateLocked(const std::string& volume_id);  // volume lock held
   absl::Status PublishToken(const ::csi::v1::NodePublishVolumeRequest& request);
+  // A bind mount of `volume_id` at `path` this process does not remember (made before a restart):
+  // recorded and true when `path` is a mount point under the target roots showing the volume's
+  // directory in the volume root.
+  bool AdoptBind(const std::string& volume_id, const std::string& path);
   absl::Status PublishPersistent(const ::csi::v1::NodePublishVolumeRequest& request, bool read_only,
                                  std::chrono::milliseconds budget);
   absl::Status WriteToken(const std::string& target, const std::string& file,

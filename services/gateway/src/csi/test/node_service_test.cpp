@@ -283,6 +283,56 @@ TEST_F(NodeServiceTest, BindMountsPersistentVolume) {
   EXPECT_TRUE(fs::exists(vol.path()));
 }
 
+// Tests that a restarted node service knows a bind mount made before the restart only when the
+// mount shows that volume's directory: NodeGetVolumeStats finds it (it answered NOT_FOUND for every
+// persistent volume after a restart), a republish accepts it as mounted and refuses the other
+// access mode, and a mount holding something else is never taken for the volume (it was).
+TEST_F(NodeServiceTest, AdoptsOnlyItsOwnBindMountsAfterRestart) {
+  FakePopulator populator(bus_, root_ + "/volumes");
+  const v1::VolumeStatus vol = populator.AddReady("vol-1", "node-a");
+  populator.AddReady("vol-2", "node-a");
+  // Before the restart: vol-1 bound at p1 (a symlink shows the source at the target, as a real
+  // bind mount does) and something else mounted at p2.
+  fs::create_directory_symlink(vol.path(), Target("p1"));
+  ASSERT_TRUE(mounter_.BindMount(vol.path(), Target("p1"), false).ok());
+  fs::create_directories(Target("p2"));
+  ASSERT_TRUE(mounter_.BindMount(root_ + "/elsewhere", Target("p2"), false).ok());
+  node_ = MakeNode();  // a new process remembers neither
+
+  ::csi::v1::NodeGetVolumeStatsRequest stats;
+  stats.set_volume_id("vol-1");
+  stats.set_volume_path(Target("p1"));
+  auto usage = node_->VolumeStats(stats);
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  EXPECT_EQ(usage->usage_size(), 2);
+  stats.set_volume_id("vol-2");
+  EXPECT_EQ(node_->VolumeStats(stats).status().code(), absl::StatusCode::kNotFound);
+  stats.set_volume_id("vol-1");
+  stats.set_volume_path(Target("p2"));
+  EXPECT_EQ(node_->VolumeStats(stats).status().code(), absl::StatusCode::kNotFound);
+  stats.set_volume_id("../volumes/vol-1");
+  stats.set_volume_path(Target("p1"));
+  EXPECT_EQ(node_->VolumeStats(stats).status().code(), absl::StatusCode::kNotFound);
+
+  node_ = MakeNode();
+  ::csi::v1::NodePublishVolumeRequest req;
+  req.set_volume_id("vol-1");
+  req.set_target_path(Target("p1"));
+  *req.mutable_volume_capability() = testing::MountCapability();
+  req.set_readonly(true);
+  auto st = node_->Publish(req).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("read-write"));
+  req.set_readonly(false);
+  EXPECT_TRUE(node_->Publish(req).ok());
+  req.set_volume_id("vol-2");
+  req.set_target_path(Target("p2"));
+  st = node_->Publish(req).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("does not hold volume vol-2"));
+  EXPECT_EQ(mounter_.mount_calls(), 2) << "no new mounts";
+}
+
 // Tests persistent-volume refusals: unknown volume, a path outside the volume root, another node.
 TEST_F(NodeServiceTest, RefusesUnsafeOrForeignPersistentVolumes) {
   FakePopulator populator(bus_, root_ + "/volumes");
