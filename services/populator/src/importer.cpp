@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -39,11 +40,8 @@ std::optional<ResumePoint> ReadResume(const std::string& path) {
   if (!std::getline(in, p.url) || !std::getline(in, p.validator) || !std::getline(in, offset)) {
     return std::nullopt;
   }
-  try {
-    p.offset = std::stoull(offset);
-  } catch (...) {
-    return std::nullopt;
-  }
+  auto [end, ec] = std::from_chars(offset.data(), offset.data() + offset.size(), p.offset);
+  if (ec != std::errc() || end != offset.data() + offset.size()) return std::nullopt;
   return p;
 }
 

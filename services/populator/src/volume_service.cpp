@@ -1,5 +1,6 @@
 #include "volume_service.hpp"
 
+#include <charconv>
 #include <filesystem>
 #include <thread>
 
@@ -368,10 +369,11 @@ bus::Reply VolumeService::HandleList(const bus::Request& request) {
   }
   size_t start = 0;
   if (!req->starting_token().empty()) {
-    try {
-      start = std::stoul(req->starting_token());
-    } catch (...) {
-      return bus::Reply::Error(absl::AbortedError("starting_token: \"" + req->starting_token() +
+    // A token is exactly the decimal index this service issued: "12abc" or "-1" is not one.
+    const std::string& token = req->starting_token();
+    auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), start);
+    if (ec != std::errc() || end != token.data() + token.size()) {
+      return bus::Reply::Error(absl::AbortedError("starting_token: \"" + token +
                                                   "\" is not a token this service issued"));
     }
   }

@@ -335,6 +335,13 @@ TEST_F(VolumeServiceTest, GetListAndRedaction) {
   ASSERT_TRUE(rest.ok());
   EXPECT_EQ(rest->volumes_size(), 1);
   EXPECT_TRUE(rest->next_token().empty());
+  // Only a token this service issued pages on: trailing bytes or a sign are refused (ABORTED, as
+  // CSI's ListVolumes wants for a foreign token), not read as their numeric prefix.
+  for (const char* foreign : {"1abc", "-1", " 1", "99999999999999999999999"}) {
+    list.set_starting_token(foreign);
+    auto refused = bus::Call<v1::ListVolumesResponse>(bus_, subjects::kVolumeList, list, 2s);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kAborted) << foreign;
+  }
 }
 
 // Tests that delete removes bytes and record, is idempotent, and forwards to the owning node.
