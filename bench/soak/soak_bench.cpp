@@ -235,6 +235,8 @@ struct Reply {
 // One keep-alive HTTPS connection to the gateway, verified against the test CA with SNI
 // "localhost" as kube-apiserver would. Reconnects after `per_connection` requests, when the server
 // closes, and once (counted in stale_retries) when a reused connection turns out to be dead.
+// Every step is an async operation run to completion on a private io_context, because beast's
+// tcp_stream deadlines (10 s here) only apply to async operations: no request can hang the run.
 class HttpsClient {
  public:
   HttpsClient(int port, const std::string& ca_file, int per_connection,
@@ -246,40 +248,39 @@ class HttpsClient {
     ctx_.load_verify_file(ca_file);
     ctx_.set_verify_mode(asio::ssl::verify_peer);
   }
+  ~HttpsClient() { Close(); }
+  HttpsClient(const HttpsClient&) = delete;
+  HttpsClient& operator=(const HttpsClient&) = delete;
 
   absl::StatusOr<Reply> Post(const std::string& target, const std::string& body,
                              const std::string& content_type) {
+    bhttp::request<bhttp::string_body> req{bhttp::verb::post, target, 11};
+    req.set(bhttp::field::host, "localhost");
+    req.set(bhttp::field::content_type, content_type);
+    req.keep_alive(true);
+    req.body() = body;
+    req.prepare_payload();
     for (int attempt = 0;; ++attempt) {
       if (stream_ && used_ >= per_connection_) Close();
       const bool reused = stream_ != nullptr;
       if (!stream_) {
         if (auto st = Connect(); !st.ok()) return st;
       }
-      beast::error_code ec;
-      Reply reply;
-      bool keep = false;
       beast::get_lowest_layer(*stream_).expires_after(seconds(10));
-      bhttp::request<bhttp::string_body> req{bhttp::verb::post, target, 11};
-      req.set(bhttp::field::host, "localhost");
-      req.set(bhttp::field::content_type, content_type);
-      req.keep_alive(true);
-      req.body() = body;
-      req.prepare_payload();
-      bhttp::write(*stream_, req, ec);
+      beast::error_code ec =
+          Run([&](auto handler) { bhttp::async_write(*stream_, req, std::move(handler)); });
+      bhttp::response_parser<bhttp::string_body> parser;
+      parser.body_limit(4 * 1024 * 1024);
       if (!ec) {
-        bhttp::response_parser<bhttp::string_body> parser;
-        parser.body_limit(4 * 1024 * 1024);
-        bhttp::read(*stream_, buffer_, parser, ec);
-        if (!ec) {
-          auto res = parser.release();
-          reply.status = static_cast<int>(res.result_int());
-          reply.body = std::move(res.body());
-          keep = res.keep_alive();
-        }
+        ec = Run([&](auto handler) {
+          bhttp::async_read(*stream_, buffer_, parser, std::move(handler));
+        });
       }
       if (!ec) {
+        auto res = parser.release();
+        Reply reply{static_cast<int>(res.result_int()), std::move(res.body())};
         ++used_;
-        if (!keep) Close();
+        if (!res.keep_alive()) Close();
         return reply;
       }
       Close();
@@ -291,16 +292,32 @@ class HttpsClient {
   }
 
  private:
+  // Starts one async operation and runs the io_context until it completed.
+  template <typename Start>
+  beast::error_code Run(Start start) {
+    beast::error_code result = asio::error::would_block;
+    start([&result](beast::error_code ec, auto&&...) { result = ec; });
+    ioc_.restart();
+    ioc_.run();
+    return result;
+  }
+
   absl::Status Connect() {
     stream_ = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(ioc_, ctx_);
     SSL_set_tlsext_host_name(stream_->native_handle(), "localhost");
     SSL_set1_host(stream_->native_handle(), "localhost");
-    beast::error_code ec;
+    const asio::ip::tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"),
+                                           static_cast<uint16_t>(port_));
     beast::get_lowest_layer(*stream_).expires_after(seconds(10));
-    beast::get_lowest_layer(*stream_).connect(
-        asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port_)),
-        ec);
-    if (!ec) stream_->handshake(asio::ssl::stream_base::client, ec);
+    beast::error_code ec = Run([&](auto handler) {
+      beast::get_lowest_layer(*stream_).async_connect(endpoint, std::move(handler));
+    });
+    if (!ec) {
+      beast::get_lowest_layer(*stream_).expires_after(seconds(10));
+      ec = Run([&](auto handler) {
+        stream_->async_handshake(asio::ssl::stream_base::client, std::move(handler));
+      });
+    }
     if (ec) {
       stream_.reset();
       return absl::UnavailableError("connect/TLS handshake: " + ec.message());
@@ -309,11 +326,12 @@ class HttpsClient {
     buffer_.clear();
     return absl::OkStatus();
   }
+
   void Close() {
     if (!stream_) return;
-    beast::error_code ec;
+    // close_notify, at most 2 s; the server may already be gone.
     beast::get_lowest_layer(*stream_).expires_after(seconds(2));
-    stream_->shutdown(ec);  // close_notify; the server may already be gone
+    Run([&](auto handler) { stream_->async_shutdown(std::move(handler)); });
     stream_.reset();
     used_ = 0;
   }
