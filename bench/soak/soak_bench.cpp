@@ -668,6 +668,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const Options& o = *options;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines show up through a pipe or tee
   if (::geteuid() != 0) {
     std::fprintf(stderr, "soak_bench needs root: CSI publishes mount tmpfs\n");
     return 2;
@@ -876,12 +877,14 @@ int main(int argc, char** argv) {
     }
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     if (elapsed >= next_progress * o.duration_s / 10.0 && next_progress < 10) {
-      std::printf("  %3.0f s: errors admission %llu, issue %llu, exchange %llu, csi %llu\n",
+      // Errors so far and each process's RSS now, so a steady climb shows before the end.
+      std::printf("  %3.0f s: errors %llu/%llu/%llu/%llu (admission/issue/exchange/csi), RSS KiB",
                   elapsed, static_cast<unsigned long long>(admission.errors()),
                   static_cast<unsigned long long>(issue.errors()),
                   static_cast<unsigned long long>(exchange.errors()),
                   static_cast<unsigned long long>(csi_publish.errors() + csi_unpublish.errors()));
-      std::fflush(stdout);
+      for (const auto& s : services) std::printf(" %s %ld", s.name.c_str(), RssKib(s.pid));
+      std::printf("\n");
       ++next_progress;
     }
   }
