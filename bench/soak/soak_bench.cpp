@@ -941,7 +941,7 @@ int main(int argc, char** argv) {
 
   std::printf("\ngoal: errors == 0: %llu errors -> %s\n", static_cast<unsigned long long>(errors),
               errors == 0 ? "PASS" : "FAIL");
-  std::printf("goal: RSS growth after warm-up < %.0f%% for each wisp service%s:\n",
+  std::printf("goal: RSS growth after warm-up < %g%% for each wisp service%s:\n",
               o.rss_goal_percent, warm_taken ? "" : " (no warm-up sample: run too short)");
   for (const auto& l : rss_lines) std::printf("%s\n", l.c_str());
   const bool pass = errors == 0 && rss_ok;
