@@ -1,5 +1,6 @@
 // Rules b and c: VirtualMachineInstance token volumes (KubeVirt VEP 94, with the mechanics of the
 // serviceAccount/containerPath code that shipped) and the virt-launcher pods that serve them.
+#include <cmath>
 #include <set>
 
 #include "policy/src/rules_internal.hpp"
@@ -83,7 +84,11 @@ bool WantsGuaranteedQos(const Json& vmi) {
     std::string lim = k8s::GetString(vmi, {"spec", "domain", "resources", "limits", res});
     auto rq = k8s::ParseQuantity(req);
     auto lq = k8s::ParseQuantity(lim);
-    if (!rq.ok() || !lq.ok() || rq->IsZero() || rq->value() != lq->value()) return false;
+    // Compared in milli-units: "2" and "2000m" are the same quantity (Quantity.Cmp).
+    if (!rq.ok() || !lq.ok() || rq->IsZero() ||
+        std::llroundl(rq->value() * 1000) != std::llroundl(lq->value() * 1000)) {
+      return false;
+    }
   }
   return true;
 }
@@ -449,6 +454,21 @@ Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
     if (!injected.empty()) injected += ",";
     injected += "virtiofs-" + volume;
   };
+  // The socket directory the compute container's libvirt connects to (KubeVirt's withVirtioFS).
+  auto ensure_socket_dir = [&]() {
+    if (k8s::FindNamed(volumes, kVirtiofsVolume) == nullptr) {
+      volumes.push_back({{"name", kVirtiofsVolume}, {"emptyDir", Json::object()}});
+    }
+    bool compute_mounted = false;
+    for (const auto& m : k8s::GetArray(*compute, {"volumeMounts"})) {
+      if (k8s::GetString(m, {"name"}) == kVirtiofsVolume) compute_mounted = true;
+    }
+    if (!compute_mounted) {
+      k8s::EnsureArray(*compute, {"volumeMounts"})
+          .push_back({{"name", kVirtiofsVolume}, {"mountPath", kVirtiofsSocketDir}});
+    }
+  };
+  if (record.volumes_size() > 0) ensure_socket_dir();
   for (const auto& tv : record.volumes()) {
     const std::string container = "virtiofs-" + tv.name();
     const Json* existing = k8s::FindNamed(volumes, tv.name());
@@ -510,20 +530,7 @@ Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
                           VirtiofsArgs(cp.name(), HasServiceAccountTokenSource(*backing)),
                           std::move(data_mount), record));
   }
-  // The socket directory the compute container's libvirt connects to (KubeVirt's withVirtioFS).
-  if (record.volumes_size() > 0 || !sidecars.empty()) {
-    if (k8s::FindNamed(volumes, kVirtiofsVolume) == nullptr) {
-      volumes.push_back({{"name", kVirtiofsVolume}, {"emptyDir", Json::object()}});
-    }
-    bool compute_mounted = false;
-    for (const auto& m : k8s::GetArray(*compute, {"volumeMounts"})) {
-      if (k8s::GetString(m, {"name"}) == kVirtiofsVolume) compute_mounted = true;
-    }
-    if (!compute_mounted) {
-      k8s::EnsureArray(*compute, {"volumeMounts"})
-          .push_back({{"name", kVirtiofsVolume}, {"mountPath", kVirtiofsSocketDir}});
-    }
-  }
+  if (!sidecars.empty()) ensure_socket_dir();
   for (auto& s : sidecars) containers.push_back(std::move(s));
   v.patch = k8s::Diff(pod, out);
   v.rule_outcomes[std::string(kRule)] =
