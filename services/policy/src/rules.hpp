@@ -108,9 +108,12 @@ std::string SourceRecordKey(std::string_view ns, std::string_view kind, std::str
 
 // a. Token sidecar for pods annotated wisp.dev/token-sidecar (mutating).
 Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy);
-// b. VirtualMachineInstance token volumes (validating; records allowed VMIs).
+// b. VirtualMachineInstance token volumes and VEP 165 containerPath volumes (validating; records
+// allowed VMIs with either, plus the QoS facts the virtiofs containers' resources depend on).
 Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy);
-// c. virt-launcher pods from the recorded VMI (mutating; fail-open without a record).
+// c. virt-launcher pods from the recorded VMI: projected tokens and virtiofs containers, and the
+// containerPath containers of virt-api's launcher-pod mutator (mutating; fail-open without a
+// record or for a volume it cannot serve; refused while the ContainerPathVolumes gate is off).
 Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
                              const RecordLookup& lookup);
 // d. CDI DataVolumes (validating; records the population spec on CREATE). `lookup` finds the PVC
