@@ -234,6 +234,12 @@ Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy) 
       const std::string pf = fld + ".projected";
       const Json& sources = k8s::GetArray(*projected, {"sources"});
       if (sources.empty()) causes.push_back(pf + ".sources: Required value");
+      if (const Json* mode = k8s::Find(*projected, {"defaultMode"});
+          mode != nullptr && mode->is_number_integer() &&
+          (mode->get<int64_t>() < 0 || mode->get<int64_t>() > 0777)) {
+        causes.push_back(pf + ".defaultMode: Invalid value: " + mode->dump() +
+                         ": must be a number between 0 and 0777 (octal), both inclusive");
+      }
       for (size_t j = 0; j < sources.size(); ++j) {
         const std::string sf = Index(pf + ".sources", j);
         auto keys = SourceKeys(sources[j]);

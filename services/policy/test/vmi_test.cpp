@@ -139,6 +139,13 @@ TEST(VmiTokenVolumesTest, DeniesWithUpstreamMessages) {
        },
        "spec.volumes[1].projected.sources[0]: Unsupported value: \"configMap\": supported values: "
        "\"serviceAccountToken\""},
+      {"projected defaultMode out of range",
+       [](Json& v) {
+         v["spec"]["volumes"][1] = Json::parse(R"({"name":"irsa","projected":{"defaultMode":512,
+           "sources":[{"serviceAccountToken":{"audience":"sts.amazonaws.com","path":"t"}}]}})");
+       },
+       "spec.volumes[1].projected.defaultMode: Invalid value: 512: must be a number between 0 and "
+       "0777 (octal), both inclusive"},
       {"two types in one source",
        [](Json& v) {
          v["spec"]["volumes"][1] = Json::parse(R"({"name":"irsa","projected":{"sources":[
