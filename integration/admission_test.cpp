@@ -5,7 +5,10 @@
 // Kubernetes schema (npm kubernetes-models, plus the unknown-field check of tools/k8s-fields.mjs).
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <fstream>
+#include <iterator>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "wisp/integration/stack.hpp"
@@ -50,11 +53,20 @@ std::string Review(const Json& object, const std::string& uid,
 class AdmissionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto stack = Stack::Start({.populator = false});
+    // A copy of the local stack's policy, so the reload test can rewrite it.
+    policy_dir_ = std::make_unique<TempDir>("wisp-it-policy");
+    policy_file_ = policy_dir_->path() + "/policy.yaml";
+    std::ifstream in(SourceDir() + "/deploy/local/policy.yaml");
+    local_policy_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    std::ofstream(policy_file_) << local_policy_;
+    auto stack = Stack::Start({.populator = false, .policy_file = policy_file_});
     ASSERT_TRUE(stack.ok()) << stack.status();
     stack_ = std::move(*stack);
   }
-  static void TearDownTestSuite() { stack_.reset(); }
+  static void TearDownTestSuite() {
+    stack_.reset();
+    policy_dir_.reset();
+  }
 
   // POSTs the object's AdmissionReview; checks the envelope and returns response.
   Json Admit(const std::string& webhook, const Json& object, const std::string& uid) {
@@ -89,9 +101,15 @@ class AdmissionTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Stack> stack_;
+  static std::unique_ptr<TempDir> policy_dir_;
+  static std::string policy_file_;
+  static std::string local_policy_;
   Json last_review_;
 };
 std::unique_ptr<Stack> AdmissionTest::stack_;
+std::unique_ptr<TempDir> AdmissionTest::policy_dir_;
+std::string AdmissionTest::policy_file_;
+std::string AdmissionTest::local_policy_;
 
 const Json* Named(const Json& list, const std::string& name) {
   for (const auto& item : list) {
@@ -184,6 +202,91 @@ TEST_F(AdmissionTest, DataVolumesAndImportSources) {
   Json late = Admit("validate", pvc, "it-pvc-2");
   EXPECT_EQ(late["allowed"], true) << late.dump();
   EXPECT_EQ(late["auditAnnotations"]["population-record"], "vms.PersistentVolumeClaim.vm-disk");
+}
+
+// Tests VEP 165 end to end: the containerPath VMI is accepted, one into libvirt's directory is
+// refused, and its launcher pod (with the token volume another webhook injected) gets a virtiofs
+// container on that volume, with pinned resources for the VMI's dedicated CPUs.
+TEST_F(AdmissionTest, ContainerPathVolumeReachesLauncherPod) {
+  Json ok = Admit("validate", Manifest("vmi-containerpath.yaml"), "it-cp-1");
+  EXPECT_EQ(ok["allowed"], true) << ok.dump();
+  Json reserved = Admit("validate", Manifest("vmi-containerpath-reserved.yaml"), "it-cp-2");
+  EXPECT_EQ(reserved["allowed"], false);
+  EXPECT_EQ(reserved["status"]["message"],
+            "ContainerPath volume 'libvirt' uses reserved path prefix '/var/run/libvirt'");
+
+  Json launcher = Manifest("virt-launcher-pod-containerpath.yaml");
+  Json resp = Admit("mutate", launcher, "it-cp-3");
+  ASSERT_EQ(resp["allowed"], true) << resp.dump();
+  Json out = ApplyIndependently(launcher);
+  EXPECT_EQ(Validate(out), "ok");
+  const Json* fs = Named(out["spec"]["containers"], "virtiofs-aws-token");
+  ASSERT_NE(fs, nullptr) << out.dump(2);
+  EXPECT_EQ((*fs)["volumeMounts"][1],
+            Json::parse(R"({"name":"aws-iam-token","mountPath":"/virtiofs-data/aws-token",
+                            "readOnly":true})"));
+  EXPECT_EQ((*fs)["args"].back(), "--translate-uid=host:107:0:1");
+  EXPECT_EQ((*fs)["resources"]["requests"], Json::parse(R"({"cpu":"100m","memory":"80M"})"));
+  EXPECT_EQ(out["spec"]["volumes"], launcher["spec"]["volumes"]);
+  EXPECT_FALSE(Admit("mutate", out, "it-cp-4").contains("patch"));
+}
+
+// Tests CDI's destination-PVC rule across two admissions: the PVC admitted first blocks a
+// DataVolume of its name.
+TEST_F(AdmissionTest, DataVolumeOverExistingPvcIsRefused) {
+  EXPECT_EQ(Admit("validate", Manifest("pvc-existing.yaml"), "it-dvp-1")["allowed"], true);
+  Json dv = Admit("validate", Manifest("datavolume-existing-pvc.yaml"), "it-dvp-2");
+  EXPECT_EQ(dv["allowed"], false);
+  EXPECT_EQ(dv["status"]["message"], "Destination PVC vms/scratch already exists");
+}
+
+// Tests the privately hosted sidecar image: the declared wisp-sidecar is replaced by the injected
+// one, which keeps its image.
+TEST_F(AdmissionTest, UserDeclaredSidecarImage) {
+  Json pod = Manifest("pod-custom-sidecar-image.yaml");
+  Json resp = Admit("mutate", pod, "it-img-1");
+  ASSERT_EQ(resp["allowed"], true) << resp.dump();
+  Json out = ApplyIndependently(pod);
+  EXPECT_EQ(Validate(out), "ok");
+  EXPECT_EQ(out["spec"]["containers"].size(), 1u);
+  const Json* sidecar = Named(out["spec"]["initContainers"], "wisp-sidecar");
+  ASSERT_NE(sidecar, nullptr) << out.dump(2);
+  EXPECT_EQ((*sidecar)["image"], "registry.corp.example/mirror/wisp-sidecar:0.1.0");
+}
+
+// Tests SIGHUP: a new policy file takes effect without a restart, and a broken one is refused
+// while the policy in force keeps answering.
+TEST_F(AdmissionTest, PolicyReloadsOnSighup) {
+  Json vmi = Manifest("vmi-irsa.yaml");
+  vmi["metadata"]["name"] = "reload-vm";
+  vmi["spec"]["volumes"][2]["serviceAccount"]["serviceAccountToken"]["audience"] = "reloaded";
+  ASSERT_EQ(Admit("validate", vmi, "it-reload-1")["allowed"], false);
+
+  auto admit_until = [&](bool want) {
+    for (int i = 0; i < 50; ++i) {
+      if (Admit("validate", vmi, "it-reload-" + std::to_string(i + 2))["allowed"] == want) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  };
+  std::string widened = local_policy_;
+  widened.replace(widened.find("vms: [wisp,"), 11, "vms: [reloaded, wisp,");
+  std::ofstream(policy_file_) << widened;
+  stack_->process("wisp-policy").Signal(SIGHUP);
+  EXPECT_TRUE(admit_until(true));
+  EXPECT_TRUE(stack_->process("wisp-policy").WaitForLog("policy reloaded from", 5s).ok());
+
+  std::ofstream(policy_file_) << "rules: {tokenSidecar: maybe}\n";
+  stack_->process("wisp-policy").Signal(SIGHUP);
+  EXPECT_TRUE(
+      stack_->process("wisp-policy").WaitForLog("refused, keeping the policy in force", 5s).ok());
+  EXPECT_EQ(Admit("validate", vmi, "it-reload-99")["allowed"], true);  // still the widened policy
+
+  std::ofstream(policy_file_) << local_policy_;
+  stack_->process("wisp-policy").Signal(SIGHUP);
+  EXPECT_TRUE(admit_until(false));
 }
 
 // Tests that malformed requests get 400 naming the problem.

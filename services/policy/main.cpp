@@ -1,5 +1,7 @@
-// wisp-policy: loads the rules file, serves wisp.v1.policy.{mutate,validate} until SIGTERM.
+// wisp-policy: loads the rules file, serves wisp.v1.policy.{mutate,validate} until SIGTERM;
+// SIGHUP (and, with --policy-reload-interval, a change of the file) reloads the rules file.
 #include "policy/src/policy_service.hpp"
+#include "policy/src/reload.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/runtime/runtime.hpp"
 
@@ -7,11 +9,16 @@ int main(int argc, char** argv) {
   using namespace wisp;
   runtime::CommonSettings common{.metrics_address = "0.0.0.0:9091"};
   std::string policy_file;
+  std::chrono::milliseconds reload_interval{0};
   config::Flags flags("wisp-policy", "injection and validation rules for admission");
   runtime::AddCommonFlags(flags, common);
   flags.String("policy-file", &policy_file,
                "YAML rules file (rules on/off, audiences per namespace, maximum token lifetime, "
-               "sidecar image and resources, native-sidecar mode). Empty: built-in defaults.");
+               "sidecar image and resources, native-sidecar mode). Empty: built-in defaults. "
+               "SIGHUP reloads it; a file that does not load is refused and the old rules stay.");
+  flags.Duration("policy-reload-interval", &reload_interval,
+                 "Also reload the policy file when its contents change, checked this often "
+                 "(e.g. 10s for a mounted ConfigMap). 0: only on SIGHUP.");
   flags.ParseOrExit(argc, argv);
   auto policy =
       policy_file.empty() ? policy::ParsePolicyYaml("") : policy::LoadPolicyFile(policy_file);
@@ -32,6 +39,16 @@ int main(int argc, char** argv) {
   auto micro = (*process)->RegisterService("injection and validation rules for admission");
   if (!micro.ok()) return runtime::Fail("wisp-policy", micro.status());
   if (auto st = service.AddEndpoints(**micro); !st.ok()) return runtime::Fail("wisp-policy", st);
-  (*process)->WaitForSignal();
+  policy::ReloadMetrics reload_metrics((*process)->registry());
+  std::optional<policy::PolicyReloader> reloader;
+  if (!policy_file.empty()) {
+    reloader.emplace(
+        policy_file, [&service](policy::Policy p) { service.SetPolicy(std::move(p)); },
+        reload_metrics);
+    reloader->Watch(reload_interval);
+  }
+  (*process)->WaitForSignal([&reloader] {
+    if (reloader) (void)reloader->Reload("sighup");
+  });
   return (*process)->Shutdown();
 }

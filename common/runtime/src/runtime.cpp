@@ -76,6 +76,7 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(std::string service,
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);  // WaitForSignal() hands it to the service (a reload) or ignores it
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -175,13 +176,23 @@ absl::StatusOr<bus::Service*> Process::RegisterService(std::string description) 
   return micro_.get();
 }
 
-void Process::WaitForSignal() {
+void Process::WaitForSignal(const std::function<void()>& on_hangup) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   int sig = 0;
-  sigwait(&set, &sig);
+  while (true) {
+    sigwait(&set, &sig);
+    if (sig != SIGHUP) break;
+    if (on_hangup) {
+      SPDLOG_LOGGER_INFO(log::Get("runtime"), "{}: received SIGHUP, reloading", service_);
+      on_hangup();
+    } else {
+      SPDLOG_LOGGER_INFO(log::Get("runtime"), "{}: received SIGHUP, nothing to reload", service_);
+    }
+  }
   SPDLOG_LOGGER_INFO(log::Get("runtime"), "{}: received {}, draining", service_,
                      sig == SIGTERM ? "SIGTERM" : "SIGINT");
 }

@@ -1,4 +1,5 @@
 // AdmissionInput, record keys, verdict helpers and the token rules several rules share.
+#include <regex>
 #include <string>
 
 #include "policy/src/rules_internal.hpp"
@@ -109,6 +110,93 @@ std::string AudienceForbidden(const std::string& fld, const std::string& audienc
          k8s::Quote(ns) + " (allowed: " + (allowed.empty() ? "none" : allowed) + ")";
 }
 
+namespace {
+
+// distribution/reference's grammar (reference.go / regexp.go).
+const std::regex& ReferenceRegex() {
+  static const std::string kDomainComponent = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
+  static const std::string kHost =
+      "(?:" + kDomainComponent + "(?:\\." + kDomainComponent + ")*|\\[[a-fA-F0-9:]+\\])";
+  static const std::string kDomain = kHost + "(?::[0-9]+)?";
+  static const std::string kAlnum = "[a-z0-9]+";
+  static const std::string kPathComponent = kAlnum + "(?:(?:[._]|__|[-]+)" + kAlnum + ")*";
+  static const std::string kName =
+      "(?:" + kDomain + "/)?" + kPathComponent + "(?:/" + kPathComponent + ")*";
+  static const std::string kTag = "[\\w][\\w.-]{0,127}";
+  static const std::string kDigest =
+      "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
+  static const std::regex kRe("^(" + kName + ")(?::(" + kTag + "))?(?:@(" + kDigest + "))?$");
+  return kRe;
+}
+
+std::string ToLower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The reason distribution/reference gives, "" when valid.
+std::string ReferenceError(const std::string& s) {
+  static const std::regex kHex64("^[a-f0-9]{64}$");
+  if (std::regex_match(s, kHex64)) {
+    return "invalid repository name (" + s + "), cannot specify 64-byte hexadecimal strings";
+  }
+  // splitDockerDomain, then the lower-case check on the repository path.
+  size_t slash = s.find('/');
+  std::string domain;
+  std::string remainder;
+  if (slash == std::string::npos ||
+      (s.substr(0, slash).find_first_of(".:") == std::string::npos &&
+       s.substr(0, slash) != "localhost" && ToLower(s.substr(0, slash)) == s.substr(0, slash))) {
+    domain = "docker.io";
+    remainder = s;
+  } else {
+    domain = s.substr(0, slash);
+    remainder = s.substr(slash + 1);
+  }
+  if (domain == "index.docker.io") domain = "docker.io";
+  if (domain == "docker.io" && remainder.find('/') == std::string::npos) {
+    remainder = "library/" + remainder;
+  }
+  std::string remote = remainder.substr(0, remainder.find(':'));
+  if (ToLower(remote) != remote) {
+    return "invalid reference format: repository name (" + remote + ") must be lowercase";
+  }
+  const std::string full = domain + "/" + remainder;
+  std::smatch m;
+  if (!std::regex_match(full, m, ReferenceRegex())) {
+    if (s.empty()) return "repository name must have at least one component";
+    std::string lower = ToLower(full);
+    if (std::regex_match(lower, ReferenceRegex())) return "repository name must be lowercase";
+    return "invalid reference format";
+  }
+  if (m[1].length() > 255) return "repository name must not be more than 255 characters";
+  if (m[3].matched) {
+    std::string digest = m[3].str();
+    size_t colon = digest.find(':');
+    std::string algorithm = digest.substr(0, colon);
+    std::string encoded = digest.substr(colon + 1);
+    size_t size = algorithm == "sha256"   ? 64
+                  : algorithm == "sha384" ? 96
+                  : algorithm == "sha512" ? 128
+                                          : 0;
+    if (size == 0) return "unsupported digest algorithm";
+    if (encoded.size() != size) return "invalid checksum digest length";
+    if (encoded.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return "invalid checksum digest format";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string ImageNameError(const std::string& image) {
+  std::string reason =
+      image.empty() ? "repository name must have at least one component" : ReferenceError(image);
+  if (reason.empty()) return "";
+  return "couldn't parse image name " + k8s::Quote(image) + ": " + reason;
+}
+
 void ValidateLifetime(int64_t seconds, const std::string& fld, const Policy& policy,
                       std::vector<std::string>& causes) {
   const std::string prefix = fld + ": Invalid value: " + std::to_string(seconds) + ": ";
@@ -139,8 +227,8 @@ void ValidateTokenPath(const std::string& path, const std::string& fld,
     start = end + 1;
   }
   if (backstep) causes.push_back(prefix + "must not contain '..'");
-  // Kubernetes does not repeat the '..' error for a path such as "../x".
-  if (path.rfind("..", 0) == 0 && path.rfind("../", 0) != 0 && path != "..") {
+  // Kubernetes does not repeat the '..' error for a path such as "../x", but does for "..".
+  if (path.rfind("..", 0) == 0 && path.rfind("../", 0) != 0) {
     causes.push_back(prefix + "must not start with '..'");
   }
   if (path.size() > 4096) causes.push_back(fld + ": must be less than or equal to 4096 characters");

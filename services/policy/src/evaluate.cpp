@@ -129,7 +129,7 @@ Verdict EvaluateValidate(const AdmissionInput& in, const Policy& policy,
   } else if (in.Is("kubevirt.io", "VirtualMachineInstance")) {
     Merge(total, EvaluateVmiTokenVolumes(in, policy));
   } else if (in.Is("cdi.kubevirt.io", "DataVolume")) {
-    Merge(total, EvaluateDataVolume(in, policy));
+    Merge(total, EvaluateDataVolume(in, policy, lookup));
   } else if (in.Is("", "PersistentVolumeClaim")) {
     Merge(total, EvaluatePvc(in, policy, lookup));
   } else if (in.Is(kWispGroup, "VolumeImportSource")) {

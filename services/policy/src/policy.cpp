@@ -77,8 +77,23 @@ absl::Status ReadQuantity(const YAML::Node& node, const std::string& key, std::s
 
 absl::Status Parse(const YAML::Node& root, Policy& p) {
   if (!root || root.IsNull()) return absl::OkStatus();
-  WISP_RETURN_IF_ERROR(
-      CheckKeys(root, "", {"rules", "audiences", "maxTokenLifetime", "tokenSidecar"}));
+  WISP_RETURN_IF_ERROR(CheckKeys(
+      root, "", {"rules", "audiences", "maxTokenLifetime", "tokenSidecar", "featureGates"}));
+  if (const auto gates = root["featureGates"]) {
+    if (!gates.IsSequence()) return Bad("featureGates", "must be a list of KubeVirt feature gates");
+    for (const auto& g : gates) {
+      std::string gate = Scalar(g);
+      if (gate == "ContainerPathVolumes") {
+        p.feature_gates.container_path_volumes = true;
+      } else if (gate == "EnableVirtioFsStorageVolumes") {
+        p.feature_gates.virtiofs_storage_volumes = true;
+      } else {
+        return Bad("featureGates", "\"" + gate +
+                                       "\" is not one of ContainerPathVolumes, "
+                                       "EnableVirtioFsStorageVolumes");
+      }
+    }
+  }
   if (const auto rules = root["rules"]) {
     WISP_RETURN_IF_ERROR(CheckKeys(rules, "rules",
                                    {"tokenSidecar", "vmiTokenVolumes", "virtLauncher",

@@ -7,7 +7,7 @@
 //     ("tokenSidecar.nativeSidecar: \"maybe\" is not one of auto, on, off").
 //   - Defaults (an empty file) are the upstream ones: every rule on, sidecar 250m/256Mi/5Gi,
 //     native sidecar auto (>= 1.29), token volume only for hostNetwork pods, audience "wisp",
-//     3600 s tokens, 24 h maximum lifetime, no audience restriction.
+//     3600 s tokens, 24 h maximum lifetime, no audience restriction, no KubeVirt alpha gates.
 //   - AllowedAudiences: the namespace's list, else the "*" list, else nullptr (unrestricted).
 //
 // Example:
@@ -44,8 +44,16 @@ struct RuleSwitches {
   bool pod_token_audiences = true;  // f: projected token audiences vs the namespace allow-list
 };
 
+// KubeVirt feature gates the VMI rules follow (KubeVirt's own CR is out of wisp's reach, so the
+// operator states them here). Both are alpha upstream and off by default.
+struct FeatureGates {
+  bool container_path_volumes = false;    // ContainerPathVolumes (VEP 165)
+  bool virtiofs_storage_volumes = false;  // EnableVirtioFsStorageVolumes (PVC/DV filesystems)
+};
+
 struct Policy {
   RuleSwitches rules;
+  FeatureGates feature_gates;
   // Namespace (or "*" for every other namespace) -> audiences its tokens may carry.
   std::map<std::string, std::vector<std::string>> audiences;
   // Longest token lifetime any rule admits; Kubernetes' own 2^32 s limit always applies too.

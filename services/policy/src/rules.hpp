@@ -59,6 +59,8 @@ inline constexpr std::string_view kWispCsiDriver = "csi.wisp.dev";
 inline constexpr std::string_view kWispGroup = "wisp.dev";
 inline constexpr std::string_view kVirtiofsSocketDir = "/var/run/kubevirt/virtiofs-containers";
 inline constexpr std::string_view kVirtiofsVolume = "virtiofs-containers";
+// CDI: a PVC carrying this annotation with a DataVolume's name is that DataVolume's to adopt.
+inline constexpr std::string_view kPopulatedForAnnotation = "cdi.kubevirt.io/storage.populatedFor";
 
 struct KvWrite {
   std::string bucket;
@@ -106,13 +108,18 @@ std::string SourceRecordKey(std::string_view ns, std::string_view kind, std::str
 
 // a. Token sidecar for pods annotated wisp.dev/token-sidecar (mutating).
 Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy);
-// b. VirtualMachineInstance token volumes (validating; records allowed VMIs).
+// b. VirtualMachineInstance token volumes and VEP 165 containerPath volumes (validating; records
+// allowed VMIs with either, plus the QoS facts the virtiofs containers' resources depend on).
 Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy);
-// c. virt-launcher pods from the recorded VMI (mutating; fail-open without a record).
+// c. virt-launcher pods from the recorded VMI: projected tokens and virtiofs containers, and the
+// containerPath containers of virt-api's launcher-pod mutator (mutating; fail-open without a
+// record or for a volume it cannot serve; refused while the ContainerPathVolumes gate is off).
 Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
                              const RecordLookup& lookup);
-// d. CDI DataVolumes (validating; records the population spec on CREATE).
-Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy);
+// d. CDI DataVolumes (validating; records the population spec on CREATE). `lookup` finds the PVC
+// records of rule e for CDI's destination-PVC check; without one the check is skipped.
+Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy,
+                           const RecordLookup& lookup = RecordLookup());
 // e. PersistentVolumeClaims and wisp.dev/v1alpha1 VolumeImportSources (validating; records).
 Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup);
 Verdict EvaluateVolumeImportSource(const AdmissionInput& in, const Policy& policy);

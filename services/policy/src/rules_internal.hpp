@@ -35,4 +35,9 @@ void ValidateLifetime(int64_t seconds, const std::string& fld, const Policy& pol
 
 std::string Index(const std::string& base, size_t i);
 
+// Kubernetes' parsers.ParseImageName (distribution/reference ParseNormalizedNamed): "" when
+// `image` is a valid image reference, else the error text, e.g. `couldn't parse image name "X":
+// invalid reference format`.
+std::string ImageNameError(const std::string& image);
+
 }  // namespace wisp::policy::internal

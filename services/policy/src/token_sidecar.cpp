@@ -20,9 +20,62 @@ std::string BoolValuesMessage(std::string_view annotation) {
          " are 'True', 'true', 'false' or 'False'";
 }
 
-bool HasContainer(const Json& pod, std::string_view name) {
-  return k8s::FindNamed(k8s::GetArray(pod, {"spec", "containers"}), name) != nullptr ||
-         k8s::FindNamed(k8s::GetArray(pod, {"spec", "initContainers"}), name) != nullptr;
+// GCSFuse's ValidatePodHasSidecarContainerInjected, for wisp's names: a container or init
+// container named wisp-sidecar that runs as 65534:65534 and mounts the socket volume at its path,
+// and the pod has that volume as an emptyDir. A container that merely has the name is the user's
+// way to pick the image (see TakeUserSidecar), not an injected sidecar.
+bool SidecarInjected(const Json& pod) {
+  const Json* socket = k8s::FindNamed(k8s::GetArray(pod, {"spec", "volumes"}), kSocketVolume);
+  if (socket == nullptr || k8s::Find(*socket, {"emptyDir"}) == nullptr) return false;
+  for (const char* list : {"containers", "initContainers"}) {
+    const Json* c = k8s::FindNamed(k8s::GetArray(pod, {"spec", list}), kSidecarName);
+    if (c == nullptr) continue;
+    auto uid = k8s::GetInt(*c, {"securityContext", "runAsUser"});
+    auto gid = k8s::GetInt(*c, {"securityContext", "runAsGroup"});
+    if (!uid || *uid != 65534 || !gid || *gid != 65534) continue;
+    for (const auto& m : k8s::GetArray(*c, {"volumeMounts"})) {
+      if (k8s::GetString(m, {"name"}) == kSocketVolume &&
+          k8s::GetString(m, {"mountPath"}) == kSocketDir) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+Json* FindMutable(Json& obj, std::initializer_list<std::string_view> path) {
+  return const_cast<Json*>(k8s::Find(obj, path));
+}
+
+// GCSFuse's ParseSidecarContainerImage: a container named wisp-sidecar declared by the user is
+// removed and its image used for the injected sidecar (a privately hosted image); its other
+// fields are dropped. An init container of that name is removed too, its image ignored. Returns
+// the image ("" when none), or the 400 message when the image does not parse.
+absl::StatusOr<std::string> TakeUserSidecar(Json& pod) {
+  std::string image;
+  Json* containers = FindMutable(pod, {"spec", "containers"});
+  if (containers != nullptr && containers->is_array()) {
+    for (size_t i = 0; i < containers->size(); ++i) {
+      if (k8s::GetString((*containers)[i], {"name"}) != kSidecarName) continue;
+      image = k8s::GetString((*containers)[i], {"image"});
+      if (!image.empty()) containers->erase(containers->begin() + static_cast<std::ptrdiff_t>(i));
+      if (std::string err = internal::ImageNameError(image); !err.empty()) {
+        return absl::InvalidArgumentError("could not parse input image: " + k8s::Quote(image) +
+                                          ", error: " + err);
+      }
+      break;
+    }
+  }
+  Json* inits = FindMutable(pod, {"spec", "initContainers"});
+  if (inits != nullptr && inits->is_array()) {
+    for (size_t i = 0; i < inits->size(); ++i) {
+      if (k8s::GetString((*inits)[i], {"name"}) == kSidecarName) {
+        inits->erase(inits->begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+    }
+  }
+  return image;
 }
 
 // "1.29", "v1.29.3", "1.29+" -> {1, 29}; nullopt when unreadable.
@@ -141,7 +194,7 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
                 " is false, no injection required.";
     return v;
   }
-  if (HasContainer(pod, kSidecarName)) {
+  if (SidecarInjected(pod)) {
     Verdict v = Outcome(kRule, kOutcomeAllowed);
     v.message = "The sidecar container was injected, no injection required.";
     return v;
@@ -178,6 +231,13 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
   }
   if (!causes.empty()) return Deny(kRule, causes, 400, "BadRequest");
 
+  Json out = pod;
+  auto user_image = TakeUserSidecar(out);
+  if (!user_image.ok()) {
+    return Deny(kRule, {std::string(user_image.status().message())}, 400, "BadRequest");
+  }
+  const std::string image = user_image->empty() ? policy.sidecar_image : *user_image;
+
   Verdict v;
   bool native = false;
   switch (policy.native_sidecar) {
@@ -202,7 +262,7 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
 
   Json sidecar = {
       {"name", kSidecarName},
-      {"image", policy.sidecar_image},
+      {"image", image},
       {"imagePullPolicy", "IfNotPresent"},
   };
   // Exactly wisp-sidecar's flags: the STS audience is the token volume's audience (the wisp
@@ -230,7 +290,6 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
       Json::array({{{"name", kSocketVolume}, {"mountPath", kSocketDir}},
                    {{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}}});
 
-  Json out = pod;
   Json& list = native ? k8s::EnsureArray(out, {"spec", "initContainers"})
                       : k8s::EnsureArray(out, {"spec", "containers"});
   list.insert(list.begin() + static_cast<std::ptrdiff_t>(InsertIndex(list)), sidecar);
@@ -273,7 +332,8 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
   v.mutated = std::move(out);
   v.rule_outcomes[std::string(kRule)] = std::string(kOutcomeMutated);
   v.audit_annotations["token-sidecar"] =
-      std::string(kSidecarName) + (native ? " (native sidecar)" : " (container)");
+      std::string(kSidecarName) + (native ? " (native sidecar)" : " (container)") +
+      (user_image->empty() ? "" : " image " + image + " (user-declared)");
   v.audit_annotations["token-volume"] =
       std::string(kTokenVolume) + " audience=" + (audience.empty() ? "<api-server>" : audience);
   return v;

@@ -1,5 +1,6 @@
 // Rules d and e: CDI DataVolumes, PersistentVolumeClaims with dataSourceRef, and wisp.dev
 // VolumeImportSources. Allowed CREATEs record what to populate in wisp_sources.
+#include <optional>
 #include <set>
 
 #include "policy/src/rules_internal.hpp"
@@ -104,6 +105,56 @@ void FillTarget(const Json& spec, v1::PopulationRecord* record, std::vector<std:
   record->set_storage_class_name(k8s::GetString(spec, {"storageClassName"}));
 }
 
+// CDI: a DataVolume's spec may not change, except the checkpoints of a multi-stage (vddk or
+// imageio) import. Returns the denial message, if any.
+std::optional<std::string> SpecChanged(const AdmissionInput& in, const Json& spec) {
+  if (!in.old_object.is_object()) return std::nullopt;  // nothing to compare with
+  const Json* old_found = k8s::Find(in.old_object, {"spec"});
+  Json old_spec = old_found != nullptr ? *old_found : Json::object();
+  Json new_spec = spec;
+  const Json* source = k8s::Find(spec, {"source"});
+  const bool multi_stage =
+      source != nullptr && !k8s::GetArray(spec, {"checkpoints"}).empty() &&
+      (k8s::Find(*source, {"vddk"}) != nullptr || k8s::Find(*source, {"imageio"}) != nullptr);
+  if (multi_stage) {
+    for (Json* s : {&old_spec, &new_spec}) {
+      if (s->is_object()) {
+        s->erase("checkpoints");
+        s->erase("finalCheckpoint");
+      }
+    }
+  }
+  if (old_spec == new_spec) return std::nullopt;
+  return "Cannot update DataVolume Spec";
+}
+
+// CDI's "Destination PVC %s/%s already exists": a PVC of the DataVolume's name that neither
+// carries cdi.kubevirt.io/storage.populatedFor=<dv> nor has a DataVolume as controller owner
+// cannot be adopted. nullopt: go on validating.
+std::optional<Verdict> DestinationPvcCheck(const AdmissionInput& in, const RecordLookup& lookup) {
+  constexpr std::string_view kRule = kRuleDataVolumes;
+  const std::string ns = in.Namespace();
+  std::string name = in.call.name();
+  if (name.empty()) name = k8s::GetString(in.object, {"metadata", "name"});
+  if (name.empty()) return std::nullopt;  // generateName: the PVC name is not known yet
+  auto raw = lookup(bus::buckets::kSources, SourceRecordKey(ns, "PersistentVolumeClaim", name));
+  if (!raw.ok()) {
+    Verdict v = Outcome(kRule, kOutcomeError);
+    v.error = Annotate(raw.status(), "looking up PersistentVolumeClaim " + ns + "/" + name);
+    return v;
+  }
+  if (!raw->has_value()) return std::nullopt;
+  v1::PopulationRecord pvc;
+  if (!pvc.ParseFromString(**raw)) {
+    Verdict v = Outcome(kRule, kOutcomeError);
+    v.error = absl::DataLossError("the record of PersistentVolumeClaim " + ns + "/" + name +
+                                  " is unreadable");
+    return v;
+  }
+  if (pvc.populated_for() == name || pvc.controller_kind() == "DataVolume") return std::nullopt;
+  return Deny(kRule, {"Destination PVC " + ns + "/" + name + " already exists"}, 422, "Invalid");
+}
+
 Verdict Record(std::string_view rule, const AdmissionInput& in, v1::PopulationRecord& record) {
   Verdict v = Outcome(rule, kOutcomeAllowed);
   record.set_namespace_(in.Namespace());
@@ -120,7 +171,8 @@ Verdict Record(std::string_view rule, const AdmissionInput& in, v1::PopulationRe
 
 }  // namespace
 
-Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy) {
+Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy,
+                           const RecordLookup& lookup) {
   constexpr std::string_view kRule = kRuleDataVolumes;
   if (!policy.rules.data_volumes) return Outcome(kRule, kOutcomeDisabled);
   if (!in.Is("cdi.kubevirt.io", "DataVolume")) return Outcome(kRule, kOutcomeSkipped);
@@ -135,6 +187,15 @@ Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy) {
   const Json* spec = k8s::Find(in.object, {"spec"});
   static const Json kEmpty = Json::object();
   if (spec == nullptr || !spec->is_object()) spec = &kEmpty;
+  if (op == "UPDATE") {
+    if (auto denied = SpecChanged(in, *spec)) return Deny(kRule, {*denied}, 422, "Invalid");
+  }
+  if (op == "CREATE" && lookup) {
+    // CDI looks the target PVC up before validating the spec; wisp has no API client, so "exists"
+    // means "a PVC of that name was admitted through wisp's webhook and not deleted since".
+    std::optional<Verdict> pvc_check = DestinationPvcCheck(in, lookup);
+    if (pvc_check) return *std::move(pvc_check);
+  }
   const Json* pvc = k8s::Find(*spec, {"pvc"});
   const Json* storage = k8s::Find(*spec, {"storage"});
   std::vector<std::string> causes;
@@ -331,21 +392,39 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
     return v;
   }
   if (op != "CREATE") return Outcome(kRule, kOutcomeSkipped);
+  static const Json kEmpty = Json::object();
   const Json* spec = k8s::Find(in.object, {"spec"});
-  if (spec == nullptr) return Outcome(kRule, kOutcomeAllowed);
+  if (spec == nullptr) spec = &kEmpty;
+  // Every admitted PVC is recorded (without a source unless it references a wisp
+  // VolumeImportSource), so a later DataVolume of the same name meets CDI's "Destination PVC
+  // already exists" check. A record without source or dataSourceRef is ignored by the populator.
+  v1::PopulationRecord record;
+  record.set_kind("PersistentVolumeClaim");
+  record.set_populated_for(k8s::FindAnnotation(in.object, kPopulatedForAnnotation).value_or(""));
+  for (const auto& owner : k8s::GetArray(in.object, {"metadata", "ownerReferences"})) {
+    if (k8s::GetBool(owner, {"controller"}))
+      record.set_controller_kind(k8s::GetString(owner, {"kind"}));
+  }
+  std::vector<std::string> ignored;  // the API server has already parsed the quantities
   const Json* ref = k8s::Find(*spec, {"dataSourceRef"});
   std::string fld = "spec.dataSourceRef";
   if (ref == nullptr) {
     ref = k8s::Find(*spec, {"dataSource"});
     fld = "spec.dataSource";
   }
-  if (ref == nullptr) return Outcome(kRule, kOutcomeAllowed);
+  auto record_plain = [&]() {
+    FillTarget(*spec, &record, ignored, "spec");
+    Verdict v = Record(kRule, in, record);
+    v.audit_annotations.clear();  // nothing to populate; the record only marks the name as taken
+    return v;
+  };
+  if (ref == nullptr) return record_plain();
   std::string ref_ns = k8s::GetString(*ref, {"namespace"});
   if (!ref_ns.empty()) {
     return Deny(kRule, {fld + ".namespace: Invalid value: DataSourceRef namespace not supported"},
                 422, "Invalid");
   }
-  if (k8s::GetString(*ref, {"apiGroup"}) != kWispGroup) return Outcome(kRule, kOutcomeAllowed);
+  if (k8s::GetString(*ref, {"apiGroup"}) != kWispGroup) return record_plain();
   std::string kind = k8s::GetString(*ref, {"kind"});
   std::string name = k8s::GetString(*ref, {"name"});
   if (kind != "VolumeImportSource") {
@@ -376,8 +455,6 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
     return v;
   }
   std::vector<std::string> causes;
-  v1::PopulationRecord record;
-  record.set_kind("PersistentVolumeClaim");
   *record.mutable_source() = source.source();
   record.set_content_type(source.content_type());
   record.set_data_source_ref(RefKey(*ref));

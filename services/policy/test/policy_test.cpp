@@ -68,6 +68,11 @@ tokenSidecar:
       {"audiences: {vms: wisp}", "audiences.vms: must be a list of audiences"},
       {"tokenSidecar: {expirationSeconds: 300}",
        "tokenSidecar.expirationSeconds: may not specify a duration less than 10 minutes"},
+      {"featureGates: [ContainerPathVolumes, Snapshot]",
+       "featureGates: \"Snapshot\" is not one of ContainerPathVolumes, "
+       "EnableVirtioFsStorageVolumes"},
+      {"featureGates: ContainerPathVolumes",
+       "featureGates: must be a list of KubeVirt feature gates"},
       {"[1, 2", nullptr},
   };
   for (const auto& c : cases) {
@@ -79,6 +84,18 @@ tokenSidecar:
       EXPECT_EQ(std::string(bad.status().message()), c.message);
     }
   }
+}
+
+// Tests that KubeVirt's alpha gates are off by default and named in featureGates.
+TEST(PolicyTest, FeatureGates) {
+  auto none = ParsePolicyYaml("");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->feature_gates.container_path_volumes);
+  EXPECT_FALSE(none->feature_gates.virtiofs_storage_volumes);
+  auto both = ParsePolicyYaml("featureGates: [ContainerPathVolumes, EnableVirtioFsStorageVolumes]");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_TRUE(both->feature_gates.container_path_volumes);
+  EXPECT_TRUE(both->feature_gates.virtiofs_storage_volumes);
 }
 
 }  // namespace

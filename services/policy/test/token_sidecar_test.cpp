@@ -264,5 +264,74 @@ TEST(TokenSidecarTest, OnlyPodCreate) {
   EXPECT_EQ(v.rule_outcomes.at("token_sidecar"), "disabled");
 }
 
+// Tests GCSFuse's privately hosted sidecar image: a user-declared wisp-sidecar container is
+// removed and only its image reused; an init container of that name is removed; a bad image is
+// refused with upstream's message; a pod whose wisp-sidecar merely has the name is not
+// "already injected".
+TEST(TokenSidecarTest, UserDeclaredSidecarImage) {
+  struct Case {
+    std::string name;
+    std::string containers;       // JSON array items appended after "main"
+    std::string init_containers;  // JSON array
+    std::string image;            // expected sidecar image; "" = denied
+    std::string message;
+  } cases[] = {
+      {"custom image in containers",
+       R"(,{"name":"wisp-sidecar","image":"registry.corp/wisp/sidecar:1.2","args":["--x"],
+           "resources":{"limits":{"cpu":"9"}}})",
+       "[]", "registry.corp/wisp/sidecar:1.2", ""},
+      {"custom image and an init container of the name",
+       R"(,{"name":"wisp-sidecar","image":"registry.corp:5000/wisp/sidecar@sha256:)" +
+           std::string(64, 'a') + R"("})",
+       R"([{"name":"wisp-sidecar","image":"ignored:1"},{"name":"setup","image":"busybox"}])",
+       "registry.corp:5000/wisp/sidecar@sha256:" + std::string(64, 'a'), ""},
+      {"only an init container of the name", "", R"([{"name":"wisp-sidecar","image":"ignored:1"}])",
+       "ghcr.io/wisp-dev/wisp-sidecar:0.1.0", ""},
+      {"upper-case repository", R"(,{"name":"wisp-sidecar","image":"Registry.corp/Wisp:1"})", "[]",
+       "",
+       "could not parse input image: \"Registry.corp/Wisp:1\", error: couldn't parse image name "
+       "\"Registry.corp/Wisp:1\": invalid reference format: repository name (Wisp) must be "
+       "lowercase"},
+      {"bad reference", R"(,{"name":"wisp-sidecar","image":"wisp sidecar"})", "[]", "",
+       "could not parse input image: \"wisp sidecar\", error: couldn't parse image name \"wisp "
+       "sidecar\": invalid reference format"},
+      {"empty image", R"(,{"name":"wisp-sidecar","image":""})", "[]", "",
+       "could not parse input image: \"\", error: couldn't parse image name \"\": repository "
+       "name must have at least one component"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Json pod = Json::parse(LoaderPod(true));
+    Json extra = Json::parse("[" + (c.containers.empty() ? "" : c.containers.substr(1)) + "]");
+    for (auto& e : extra) pod["spec"]["containers"].push_back(e);
+    pod["spec"]["initContainers"] = Json::parse(c.init_containers);
+    auto in = Pod(pod.dump(), "ml", "1.30");
+    Verdict v = EvaluateTokenSidecar(in, Policy{});
+    if (c.image.empty()) {
+      EXPECT_FALSE(v.allowed);
+      EXPECT_EQ(v.code, 400);
+      EXPECT_EQ(v.message, c.message);
+      continue;
+    }
+    ASSERT_TRUE(v.allowed) << v.message;
+    Json out = Apply(in, v);
+    // Exactly one wisp-sidecar remains: the injected native sidecar, first init container.
+    ASSERT_EQ(out["spec"]["containers"].size(), 1u);
+    EXPECT_EQ(out["spec"]["containers"][0]["name"], "main");
+    const Json& inits = out["spec"]["initContainers"];
+    EXPECT_EQ(inits[0]["name"], "wisp-sidecar");
+    EXPECT_EQ(inits[0]["image"], c.image);
+    EXPECT_EQ(inits[0]["restartPolicy"], "Always");
+    EXPECT_EQ(inits[0]["resources"]["limits"]["cpu"], "250m");  // the user's fields are dropped
+    EXPECT_EQ(inits[0]["args"].size(), 3u);
+    size_t named = 0;
+    for (const auto& i : inits) named += i["name"] == "wisp-sidecar" ? 1 : 0;
+    EXPECT_EQ(named, 1u);
+    Verdict again = EvaluateTokenSidecar(Rerun(in, out), Policy{});
+    EXPECT_TRUE(again.patch.empty()) << again.patch.dump();
+    EXPECT_EQ(again.message, "The sidecar container was injected, no injection required.");
+  }
+}
+
 }  // namespace
 }  // namespace wisp::policy

@@ -278,5 +278,167 @@ TEST(PvcSourcesTest, ChecksReferencesAndRecords) {
             absl::StatusCode::kUnavailable);
 }
 
+// A store of records keyed "<bucket>/<key>", as PolicyService keeps them in KV.
+struct Store {
+  std::map<std::string, std::string> records;
+  void Apply(const Verdict& v) {
+    for (const auto& w : v.writes) {
+      if (w.erase) {
+        records.erase(w.bucket + "/" + w.key);
+      } else {
+        records[w.bucket + "/" + w.key] = w.value;
+      }
+    }
+  }
+  RecordLookup Lookup() {
+    return [this](std::string_view bucket,
+                  std::string_view key) -> absl::StatusOr<std::optional<std::string>> {
+      auto it = records.find(std::string(bucket) + "/" + std::string(key));
+      if (it == records.end()) return std::optional<std::string>();
+      return std::optional(it->second);
+    };
+  }
+};
+
+Json PlainPvc(const std::string& name, const std::string& metadata_extra = "") {
+  return Json::parse(R"({"apiVersion":"v1","kind":"PersistentVolumeClaim",
+    "metadata":{"name":")" +
+                     name + R"(","namespace":"vms")" + metadata_extra + R"(},
+    "spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}})");
+}
+
+// Tests CDI's "Destination PVC %s/%s already exists": a PVC admitted through wisp (rule e records
+// every PVC) blocks a DataVolume of its name unless CDI may adopt it (populatedFor annotation or a
+// DataVolume controller owner); deleting the PVC frees the name; a store failure is an error.
+TEST(DataVolumeTest, DestinationPvcExists) {
+  struct Case {
+    std::string name;
+    std::string pvc_metadata;  // extra metadata of the admitted PVC; "-" = no PVC
+    std::string message;       // "" = allowed
+  } cases[] = {
+      {"no PVC", "-", ""},
+      {"plain PVC", "", "Destination PVC vms/cirros already exists"},
+      {"PVC owned by a pod", R"(,"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"p",
+          "uid":"u","controller":true}])",
+       "Destination PVC vms/cirros already exists"},
+      {"populatedFor another DataVolume",
+       R"(,"annotations":{"cdi.kubevirt.io/storage.populatedFor":"other"})",
+       "Destination PVC vms/cirros already exists"},
+      {"populatedFor this DataVolume",
+       R"(,"annotations":{"cdi.kubevirt.io/storage.populatedFor":"cirros"})", ""},
+      {"controlled by a DataVolume",
+       R"(,"ownerReferences":[{"apiVersion":"cdi.kubevirt.io/v1beta1","kind":"DataVolume",
+          "name":"cirros","uid":"u","controller":true}])",
+       ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Store store;
+    if (c.pvc_metadata != "-") {
+      Verdict pvc = EvaluatePvc(Input("", "PersistentVolumeClaim", "CREATE",
+                                      PlainPvc("cirros", c.pvc_metadata).dump(), "vms"),
+                                Policy{}, store.Lookup());
+      ASSERT_TRUE(pvc.allowed) << pvc.message;
+      ASSERT_EQ(pvc.writes.size(), 1u);
+      EXPECT_EQ(pvc.writes[0].key, "vms.PersistentVolumeClaim.cirros");
+      EXPECT_TRUE(pvc.audit_annotations.empty());
+      store.Apply(pvc);
+    }
+    Verdict v = EvaluateDataVolume(Dv(GoldenDv()), Policy{}, store.Lookup());
+    if (c.message.empty()) {
+      EXPECT_TRUE(v.allowed) << v.message;
+    } else {
+      EXPECT_FALSE(v.allowed);
+      EXPECT_EQ(v.message, c.message);
+      EXPECT_EQ(v.code, 422);
+      EXPECT_TRUE(v.writes.empty());
+    }
+  }
+  // CDI checks the PVC before the spec: an invalid DataVolume over an existing PVC gets the PVC
+  // message.
+  Store store;
+  store.Apply(
+      EvaluatePvc(Input("", "PersistentVolumeClaim", "CREATE", PlainPvc("cirros").dump(), "vms"),
+                  Policy{}, store.Lookup()));
+  Json bad = GoldenDv();
+  bad["spec"].erase("pvc");
+  EXPECT_EQ(EvaluateDataVolume(Dv(bad), Policy{}, store.Lookup()).message,
+            "Destination PVC vms/cirros already exists");
+  // UPDATE does not look (the DataVolume's own PVC exists by then).
+  Json old = GoldenDv();
+  EXPECT_TRUE(EvaluateDataVolume(Input("cdi.kubevirt.io", "DataVolume", "UPDATE", old.dump(), "vms",
+                                       "1.30", old.dump()),
+                                 Policy{}, store.Lookup())
+                  .allowed);
+  // Deleting the PVC frees the name.
+  auto del =
+      Input("", "PersistentVolumeClaim", "DELETE", "", "vms", "1.30", PlainPvc("cirros").dump());
+  del.call.set_name("cirros");
+  store.Apply(EvaluatePvc(del, Policy{}, store.Lookup()));
+  EXPECT_TRUE(EvaluateDataVolume(Dv(GoldenDv()), Policy{}, store.Lookup()).allowed);
+  // A store failure goes to the gateway's failure mode.
+  RecordLookup broken = [](std::string_view,
+                           std::string_view) -> absl::StatusOr<std::optional<std::string>> {
+    return absl::UnavailableError("kv down");
+  };
+  EXPECT_EQ(EvaluateDataVolume(Dv(GoldenDv()), Policy{}, broken).error.code(),
+            absl::StatusCode::kUnavailable);
+  // generateName: the name is not known yet, so there is nothing to look up.
+  Json generated = GoldenDv();
+  generated["metadata"].erase("name");
+  generated["metadata"]["generateName"] = "cirros";
+  EXPECT_TRUE(EvaluateDataVolume(Dv(generated), Policy{}, broken).allowed);
+}
+
+// Tests that a plain PVC's record carries what adoption needs and no source, so the populator
+// ignores it.
+TEST(PvcSourcesTest, RecordsPlainPvc) {
+  Verdict v = EvaluatePvc(
+      Input("", "PersistentVolumeClaim", "CREATE",
+            PlainPvc("data", R"(,"annotations":{"cdi.kubevirt.io/storage.populatedFor":"data"},
+              "ownerReferences":[{"kind":"DataVolume","name":"data","uid":"u","controller":true}])")
+                .dump(),
+            "vms"),
+      Policy{}, testing::NoRecords());
+  ASSERT_TRUE(v.allowed);
+  v1::PopulationRecord r;
+  ASSERT_TRUE(r.ParseFromString(v.writes.at(0).value));
+  EXPECT_EQ(r.kind(), "PersistentVolumeClaim");
+  EXPECT_EQ(r.populated_for(), "data");
+  EXPECT_EQ(r.controller_kind(), "DataVolume");
+  EXPECT_EQ(r.capacity_bytes(), 1073741824);
+  EXPECT_EQ(r.source().kind_case(), v1::PopulationSource::KIND_NOT_SET);
+  EXPECT_TRUE(r.data_source_ref().empty());
+}
+
+// Tests CDI's DataVolume spec immutability, with the multi-stage checkpoint exception.
+TEST(DataVolumeTest, SpecIsImmutable) {
+  Json old = GoldenDv();
+  Json changed = GoldenDv();
+  changed["spec"]["source"]["http"]["url"] = "https://mirror.example/other.img";
+  Verdict v = EvaluateDataVolume(
+      Input("cdi.kubevirt.io", "DataVolume", "UPDATE", changed.dump(), "vms", "1.30", old.dump()),
+      Policy{});
+  EXPECT_FALSE(v.allowed);
+  EXPECT_EQ(v.message, "Cannot update DataVolume Spec");
+  Json labelled = GoldenDv();
+  labelled["metadata"]["labels"] = {{"a", "b"}};
+  EXPECT_TRUE(EvaluateDataVolume(Input("cdi.kubevirt.io", "DataVolume", "UPDATE", labelled.dump(),
+                                       "vms", "1.30", old.dump()),
+                                 Policy{})
+                  .allowed);
+  Json stage = GoldenDv();
+  stage["spec"]["source"] = {
+      {"vddk", {{"url", "https://vcenter"}, {"backingFile", "[ds] vm.vmdk"}}}};
+  stage["spec"]["checkpoints"] = {{{"previous", ""}, {"current", "snap-1"}}};
+  Json next = stage;
+  next["spec"]["checkpoints"].push_back({{"previous", "snap-1"}, {"current", "snap-2"}});
+  next["spec"]["finalCheckpoint"] = true;
+  Verdict ms = EvaluateDataVolume(
+      Input("cdi.kubevirt.io", "DataVolume", "UPDATE", next.dump(), "vms", "1.30", stage.dump()),
+      Policy{});
+  EXPECT_TRUE(ms.allowed) << ms.message;
+}
+
 }  // namespace
 }  // namespace wisp::policy

@@ -3,12 +3,14 @@
 //
 // Contract:
 //   - AddCommonFlags() declares the settings every service has (NATS, metrics, logging, drain).
-//   - Process::Start() blocks SIGTERM/SIGINT in every thread (before any thread exists), installs
+//   - Process::Start() blocks SIGTERM/SIGINT/SIGHUP in every thread (before any thread exists),
+//   installs
 //     logging, connects the bus (retrying in the background while NATS is down, so a service can
 //     start before its bus), starts /metrics /healthz /readyz with a "bus" readiness check, and
 //     returns a Process. A failure is a Status whose message names the setting.
 //   - RegisterService() announces the process as a NATS micro service (`$SRV.*`).
-//   - WaitForSignal() returns on SIGTERM or SIGINT; Shutdown() drains the micro service and the
+//   - WaitForSignal() returns on SIGTERM or SIGINT (SIGHUP runs its callback); Shutdown() drains
+//   the micro service and the
 //     bus (in-flight requests finish, at most drain-timeout) and stops the metrics endpoint.
 //
 // Example (a whole main.cpp):
@@ -78,8 +80,9 @@ class Process {
   // Announces this process as a NATS micro service; endpoints are added on the returned Service.
   absl::StatusOr<bus::Service*> RegisterService(std::string description);
 
-  // Blocks until SIGTERM or SIGINT.
-  void WaitForSignal();
+  // Blocks until SIGTERM or SIGINT. Each SIGHUP meanwhile runs `on_hangup` (a reload) on this
+  // thread, or is logged and ignored when there is none.
+  void WaitForSignal(const std::function<void()>& on_hangup = nullptr);
   // Drains and stops; returns the process exit code (0 after a clean drain).
   int Shutdown();
 
