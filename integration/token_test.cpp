@@ -6,6 +6,9 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <signal.h>
+
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -276,6 +279,112 @@ TEST_F(TokenInteropTest, StsExchangesOverHttps) {
   EXPECT_NE(target.find("invalid_target"), std::string::npos) << target;
 }
 
+// The value of one series ("name{labels}") in a /metrics body; -1 when absent.
+double Series(const std::string& body, const std::string& series) {
+  const size_t p = body.find("\n" + series + " ");
+  if (p == std::string::npos) return -1;
+  return std::stod(body.substr(p + series.size() + 2));
+}
+
+// Tests policy hot reload and external JWKS by URL through the real binary: a policy that does not
+// load (SIGHUP) keeps the one in force; a policy naming an external issuer's jwksUrl (HTTPS,
+// verified with the test CA) is taken on SIGHUP and that issuer's tokens are exchanged at the STS;
+// a JWKS server with an untrusted certificate and an oversized JWKS are refused, so their tokens
+// get 503 temporarily_unavailable, and the fetch outcomes are counted.
+TEST_F(TokenInteropTest, PolicyReloadAndJwksByUrl) {
+  const std::string d = dir_->path();
+  auto idp = *jwt::PrivateKey::Generate(jwt::Algorithm::kES256);
+  fs::create_directories(d + "/idp");
+  jwt::KeySet set;
+  set.Add(idp.public_key());
+  std::ofstream(d + "/idp/jwks.json") << set.ToJwks().dump();
+  std::ofstream(d + "/idp/big.json")
+      << "{\"keys\":[],\"pad\":\"" << std::string(2 << 20, 'x') << "\"}";
+  ASSERT_EQ(RunCommand("cd " + d +
+                       " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+                       "-days 1 -subj /CN=other-ca -keyout other-key.pem -out other-ca.pem 2>&1")
+                .exit_code,
+            0);
+  const int port = FreePort();
+  auto idp_server = Process::Start(
+      {.path = "/usr/bin/python3",
+       .args = {SourceDir() + "/integration/token/https_server.py", std::to_string(port),
+                d + "/idp", d + "/gw.pem", d + "/gw-key.pem"}});
+  ASSERT_TRUE(idp_server.ok()) << idp_server.status();
+  ASSERT_TRUE(WaitForTcp("127.0.0.1", port, seconds(10)).ok()) << (*idp_server)->Log();
+  const std::string jwks_base = "https://localhost:" + std::to_string(port);
+
+  const auto metrics = [&] {
+    auto m = HttpGet("127.0.0.1", metrics_port_, "/metrics", seconds(5));
+    return m.ok() ? "\n" + m->body : std::string();
+  };
+  const auto wait_for = [&](const std::string& series) {
+    for (int i = 0; i < 100; ++i) {
+      if (Series(metrics(), series) >= 1) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  };
+  const auto write_policy = [&](const std::string& yaml) {
+    std::ofstream(d + "/policy.yaml.tmp") << yaml;
+    fs::rename(d + "/policy.yaml.tmp", d + "/policy.yaml");
+  };
+
+  // A policy that does not load: the one in force stays (ml may still ask for vault).
+  write_policy("namespaces: {ml: {audiences: vault}}\n");
+  token_->Signal(SIGHUP);
+  ASSERT_TRUE(wait_for("wisp_token_policy_reloads_total{outcome=\"error\"}")) << token_->Log();
+  EXPECT_NE(token_->Log().find("namespaces.ml.audiences"), std::string::npos);
+  EXPECT_FALSE(Issue("", {"vault"}).token().empty());
+
+  write_policy(std::string(kPolicy) + "trustedIssuers:\n" +
+               "  - {issuer: https://idp.test, jwksUrl: " + jwks_base +
+               "/jwks.json, jwksCaFile: " + d + "/ca.pem, audiences: [wisp-sts]}\n" +
+               "  - {issuer: https://untrusted.test, jwksUrl: " + jwks_base +
+               "/jwks.json, jwksCaFile: " + d + "/other-ca.pem, audiences: [wisp-sts]}\n" +
+               "  - {issuer: https://big.test, jwksUrl: " + jwks_base +
+               "/big.json, jwksCaFile: " + d + "/ca.pem, audiences: [wisp-sts]}\n");
+  token_->Signal(SIGHUP);
+  ASSERT_TRUE(wait_for("wisp_token_policy_reloads_total{outcome=\"ok\"}")) << token_->Log();
+  EXPECT_GE(Series(metrics(),
+                   "wisp_token_jwks_fetches_total{issuer=\"https://idp.test\",outcome=\"ok\"}"),
+            1);
+  EXPECT_GE(Series(metrics(),
+                   "wisp_token_jwks_fetches_total{issuer=\"https://untrusted.test\","
+                   "outcome=\"error\"}"),
+            1);
+  EXPECT_NE(token_->Log().find("certificate verify failed"), std::string::npos);
+  EXPECT_NE(token_->Log().find("larger than 1048576 bytes"), std::string::npos);
+
+  const std::string url = "https://localhost:" + std::to_string(https_port_) + "/v1/token";
+  const auto exchange = [&](const std::string& iss) {
+    const int64_t now = std::time(nullptr);
+    nlohmann::json c = {{"iss", iss},
+                        {"sub", "system:serviceaccount:ml:loader"},
+                        {"aud", {"wisp-sts"}},
+                        {"iat", now},
+                        {"exp", now + 600}};
+    return Curl("-w ' %{http_code}' -X POST " + url +
+                " --data-urlencode grant_type=urn:ietf:params:oauth:grant-type:token-exchange"
+                " --data-urlencode subject_token=" +
+                *jwt::Sign(idp, c.dump()) +
+                " --data-urlencode subject_token_type=urn:ietf:params:oauth:token-type:jwt"
+                " --data-urlencode audience=storage.wisp.dev");
+  };
+  const std::string ok = exchange("https://idp.test");
+  EXPECT_NE(ok.find(" 200"), std::string::npos) << ok << token_->Log();
+  auto j = nlohmann::json::parse(ok.substr(0, ok.rfind(' ')), nullptr, false);
+  ASSERT_TRUE(j.is_object()) << ok;
+  auto r = PyJwt("storage.wisp.dev", j["access_token"].get<std::string>());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* iss : {"https://untrusted.test", "https://big.test"}) {
+    SCOPED_TRACE(iss);
+    const std::string refused = exchange(iss);
+    EXPECT_NE(refused.find("temporarily_unavailable"), std::string::npos) << refused;
+    EXPECT_NE(refused.find(" 503"), std::string::npos) << refused;
+  }
+}
+
 // Tests rotation through the real binary (--key-rotation-period 20s): a token signed before the
 // rotation still verifies with PyJWT and jose after it, and new tokens carry the new kid.
 TEST_F(TokenInteropTest, TokenSignedBeforeRotationStillVerifies) {
@@ -321,11 +430,13 @@ TEST_F(TokenInteropTest, SidecarEndToEndWithKubeletSwap) {
   // First projection: a service account the exchange policy does not allow.
   Project(proj, 1, Issue("", {"wisp-sts"}, "intruder").token());
   const std::string socket = dir_->path() + "/token.sock";
+  const int sidecar_metrics = FreePort();
   auto sidecar = Process::Start(
       {.path = BinaryPath("wisp-sidecar"),
        .args = {"--socket", socket, "--token-file", (proj / "token").string(), "--sts-url",
                 "https://localhost:" + std::to_string(https_port_) + "/v1/token", "--ca-file",
-                dir_->path() + "/ca.pem", "--audience", "storage.wisp.dev", "--scope", kScope}});
+                dir_->path() + "/ca.pem", "--audience", "storage.wisp.dev", "--scope", kScope,
+                "--metrics-address", "127.0.0.1:" + std::to_string(sidecar_metrics)}});
   ASSERT_TRUE(sidecar.ok()) << sidecar.status();
   ASSERT_TRUE((*sidecar)->WaitForLog("serving tokens", seconds(10)).ok()) << (*sidecar)->Log();
   EXPECT_EQ(fs::status(socket).permissions() & fs::perms::all,
@@ -369,6 +480,30 @@ TEST_F(TokenInteropTest, SidecarEndToEndWithKubeletSwap) {
   EXPECT_GE(ok_now, 1);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(get(), first);
   EXPECT_EQ(count_ok(HttpGet("127.0.0.1", metrics_port_, "/metrics", seconds(5))->body), ok_now);
+
+  // The sidecar's own metrics: 1 refused + 1 good exchange, 25 answers from the cache, both
+  // projections loaded; health endpoints up, and promtool accepts the exposition.
+  for (const char* path : {"/healthz", "/readyz"}) {
+    auto h = HttpGet("127.0.0.1", sidecar_metrics, path, seconds(5));
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->status, 200) << path;
+  }
+  auto sm = HttpGet("127.0.0.1", sidecar_metrics, "/metrics", seconds(5));
+  ASSERT_TRUE(sm.ok()) << sm.status();
+  const std::string body = "\n" + sm->body;
+  EXPECT_EQ(Series(body, "wisp_sidecar_sts_exchanges_total{outcome=\"rejected\"}"), 1) << body;
+  EXPECT_EQ(Series(body, "wisp_sidecar_sts_exchanges_total{outcome=\"ok\"}"), 1) << body;
+  EXPECT_EQ(Series(body, "wisp_sidecar_cache_total{result=\"hit\"}"), 25) << body;
+  EXPECT_EQ(Series(body, "wisp_sidecar_cache_total{result=\"miss\"}"), 2) << body;
+  EXPECT_EQ(Series(body, "wisp_sidecar_requests_total{code=\"200\"}"), 26) << body;
+  EXPECT_EQ(Series(body, "wisp_sidecar_requests_total{code=\"500\"}"), 1) << body;
+  EXPECT_EQ(Series(body, "wisp_sidecar_token_file_reloads_total"), 2) << body;
+  EXPECT_EQ(Series(body, "wisp_build_info{service=\"wisp-sidecar\",version=\"" WISP_VERSION "\"}"),
+            1)
+      << body;
+  CommandResult lint = RunCommand(SourceDir() + "/scripts/check-deploy metrics 'http://127.0.0.1:" +
+                                  std::to_string(sidecar_metrics) + "/metrics' 2>&1");
+  EXPECT_EQ(lint.exit_code, 0) << lint.output;
   (*sidecar)->Terminate();
 }
 

@@ -164,14 +164,40 @@ Load SidecarLoad(const std::string& socket, int clients, seconds length) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: token_bench [--seconds N] [--clients N] [--serve-threads N] [--algorithms LIST]\n"
+    "                   [--no-sidecar]\n"
+    "  --seconds N        length of each measurement (default 3)\n"
+    "  --clients N        concurrent bus requesters (default 32)\n"
+    "  --serve-threads N  wisp-token --serve-threads (default: the number of cores)\n"
+    "  --algorithms LIST  RS256,ES256 (default both)\n"
+    "  --no-sidecar       skip the sidecar answers/s measurement\n"
+    "Prints openssl speed sign/s (CPU time and -elapsed) next to wisp-token issue/s through the\n"
+    "bus (wall) and tokens per wisp-token CPU-second; goal: both ratios >= 0.70.\n";
+
 int main(int argc, char** argv) {
   int secs = 3, clients = 32, serve_threads = static_cast<int>(std::thread::hardware_concurrency());
-  for (int i = 1; i + 1 < argc; i += 2) {
+  std::string algorithms = "RS256,ES256";
+  bool sidecar_bench = true;
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--seconds") secs = std::atoi(argv[i + 1]);
-    if (a == "--clients") clients = std::atoi(argv[i + 1]);
-    if (a == "--serve-threads") serve_threads = std::atoi(argv[i + 1]);
+    const bool has_value = i + 1 < argc;
+    if (a == "--help" || a == "-h") return std::cout << kUsage, 0;
+    if (a == "--no-sidecar") {
+      sidecar_bench = false;
+    } else if (has_value && a == "--seconds") {
+      secs = std::atoi(argv[++i]);
+    } else if (has_value && a == "--clients") {
+      clients = std::atoi(argv[++i]);
+    } else if (has_value && a == "--serve-threads") {
+      serve_threads = std::atoi(argv[++i]);
+    } else if (has_value && a == "--algorithms") {
+      algorithms = argv[++i];
+    } else {
+      return std::cerr << "token_bench: unknown or incomplete argument " << a << "\n" << kUsage, 2;
+    }
   }
+  std::cout << "load before the run:" << Run("uptime");
   TempDir dir("wisp-token-bench");
   const std::string d = dir.path();
   int rc = 0;
@@ -230,9 +256,10 @@ int main(int argc, char** argv) {
               "wisp-cpu", "wisp/cpu-s", "cpu-ratio", "errors");
   std::printf("%-6s %12s %12s %12s %8s %12s %10s\n", "", "(-elapsed)", "(wall)", "(wall)", "(s)",
               "", "(vs cpu)");
-  bool met = true;
+  bool met = true, cpu_met = true;
   for (const auto& [alg, ref, ref_wall] :
        {std::tuple{"RS256", rsa_speed, rsa_elapsed}, std::tuple{"ES256", ec_speed, ec_elapsed}}) {
+    if (algorithms.find(alg) == std::string::npos) continue;
     const double cpu0 = CpuSeconds((*token)->pid());
     const Load l = IssueLoad(**bus, alg, clients, seconds(secs));
     const double cpu = CpuSeconds((*token)->pid()) - cpu0;
@@ -241,13 +268,17 @@ int main(int argc, char** argv) {
     const double per_cpu = cpu > 0 ? l.per_second * secs / cpu : 0;
     const double cpu_ratio = ref > 0 ? per_cpu / ref : 0;
     met = met && ratio >= 0.7;
+    cpu_met = cpu_met && cpu_ratio >= 0.7;
     std::printf("%-6s %12.1f %12.1f %12.2f %8.2f %12.1f %10.2f %8llu %s\n", alg, ref_wall,
                 l.per_second, ratio, cpu, per_cpu, cpu_ratio,
                 static_cast<unsigned long long>(l.errors), l.first_error.c_str());
   }
   std::printf("openssl single-core sign/s by CPU time: RS256 %.1f, ES256 %.1f\n", rsa_speed,
               ec_speed);
-  std::printf("goal (wall ratio >= 0.70 for both): %s\n", met ? "met" : "NOT met");
+  std::printf("goal (wall ratio >= 0.70): %s; (cpu ratio >= 0.70): %s\n", met ? "met" : "NOT met",
+              cpu_met ? "met" : "NOT met");
+  std::cout << "load after the run:" << Run("uptime");
+  if (!sidecar_bench) return 0;
 
   // Sidecar answers from cache, behind an HTTPS STS served by the gateway's OIDC routes.
   prometheus::Registry registry;

@@ -1,14 +1,17 @@
 // wisp-sidecar: serves the pod's access token on a unix socket (gcsfuse gcs-auth:token-url),
 // exchanging the projected service-account token at wisp's STS. Wiring only; see src/.
+#include <atomic>
 #include <csignal>
 #include <iostream>
 
+#include "src/sidecar_metrics.hpp"
 #include "src/sts_client.hpp"
 #include "src/token_file.hpp"
 #include "src/token_server.hpp"
 #include "wisp/config/flags.hpp"
 #include "wisp/http/server.hpp"
 #include "wisp/log/log.hpp"
+#include "wisp/metrics/metrics.hpp"
 
 int main(int argc, char** argv) {
   using namespace wisp;
@@ -19,7 +22,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread exists
 
   std::string socket = "/run/wisp/token.sock", token_file = "/var/run/secrets/wisp/token";
-  std::string sts_url, ca_file, audience, scope, log_level = "info", log_format = "text";
+  std::string sts_url, ca_file, audience, scope, metrics_address, log_level = "info",
+                                                                  log_format = "text";
   config::Flags flags("wisp-sidecar", "per-pod token-url server on a unix socket");
   flags.Description(
       "Answers every HTTP request on the socket with {\"access_token\", "
@@ -34,6 +38,8 @@ int main(int argc, char** argv) {
       "PEM CA bundle that verifies the gateway's certificate; empty = the system trust store.");
   flags.String("audience", &audience, "The audience to ask the STS for.");
   flags.String("scope", &scope, "Space-separated scopes to ask the STS for.");
+  flags.String("metrics-address", &metrics_address,
+               "host:port for /metrics, /healthz and /readyz (e.g. 0.0.0.0:9095); empty = none.");
   flags.String("log-level", &log_level, "trace|debug|info|warn|error.");
   flags.String("log-format", &log_format, "text|json.");
   flags.ParseOrExit(argc, argv);
@@ -48,8 +54,17 @@ int main(int argc, char** argv) {
   auto sts = sidecar::HttpStsClient::Create(
       {.url = sts_url, .ca_file = ca_file, .audience = audience, .scope = scope});
   if (!sts.ok()) return fail(sts.status());
+  sidecar::SidecarMetrics counters(metrics::Registry());
+  metrics::Endpoint endpoint(metrics::SharedRegistry(), "wisp-sidecar");
+  std::atomic<bool> serving{false};
+  endpoint.AddReadinessCheck("token-url", [&serving] {
+    return serving ? absl::OkStatus() : absl::UnavailableError("socket not listening yet");
+  });
+  if (!metrics_address.empty()) {
+    if (auto st = endpoint.Start(metrics_address); !st.ok()) return fail(st);
+  }
   sidecar::TokenFile file(token_file);
-  sidecar::TokenServer tokens(file, **sts, SystemClock::Instance());
+  sidecar::TokenServer tokens(file, **sts, SystemClock::Instance(), 0.8, &counters);
   auto server = http::Server::Create({.unix_socket = socket,
                                       .socket_mode = 0660,
                                       .threads = 4,
@@ -60,9 +75,11 @@ int main(int argc, char** argv) {
     (*server)->HandlePrefix(method, "/", [&](const http::Request& r) { return tokens.Handle(r); });
   }
   if (auto st = (*server)->Start(); !st.ok()) return fail(st);
+  serving = true;
   SPDLOG_LOGGER_INFO(log::Get("sidecar"), "serving tokens on {}", socket);
   int sig = 0;
   sigwait(&signals, &sig);
   (*server)->Stop();
+  endpoint.Stop();
   return 0;
 }

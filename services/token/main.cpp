@@ -2,12 +2,14 @@
 #include <atomic>
 
 #include "key_manager.hpp"
+#include "policy_store.hpp"
 #include "token_service.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/runtime/runtime.hpp"
 
 int main(int argc, char** argv) {
   using namespace wisp;
+  token::BlockReloadSignal();  // before any thread: SIGHUP reloads the policy, never terminates
   runtime::CommonSettings common{.metrics_address = "0.0.0.0:9092"};
   std::string kek_file, algorithm = "RS256", issuer_url = "https://localhost:8443", jwks_uri,
                         policy_file;
@@ -28,8 +30,10 @@ int main(int argc, char** argv) {
   flags.String("jwks-uri", &jwks_uri,
                "jwks_uri in discovery (default <issuer-url>/openid/v1/jwks).");
   flags.String("policy-file", &policy_file,
-               "YAML token policy (audiences, lifetimes, exchange). Without it any namespace may "
-               "request any audience and no exchange is allowed.");
+               "YAML token policy (audiences, lifetimes, exchange, trusted issuers). Re-read on "
+               "SIGHUP and when the file changes; a file that does not load keeps the policy in "
+               "force. Without it any namespace may request any audience and no exchange is "
+               "allowed.");
   flags.Duration("review-leeway", &leeway, "Clock skew allowed when checking exp and nbf.");
   flags.ParseOrExit(argc, argv);
   if (kek_file.empty()) {
@@ -39,9 +43,11 @@ int main(int argc, char** argv) {
   auto kek = jwt::Kek::FromFile(kek_file);
   if (!kek.ok())
     return runtime::Fail("wisp-token", absl::InvalidArgumentError(kek.status().message()));
-  absl::StatusOr<token::Policy> policy = token::Policy::Default();
-  if (!policy_file.empty()) policy = token::Policy::FromFile(policy_file);
-  if (!policy.ok()) return runtime::Fail("wisp-token", policy.status());
+  if (!policy_file.empty()) {
+    // A bad file fails before anything starts; the remote JWKS are fetched once metrics exist.
+    if (auto p = token::Policy::FromFile(policy_file); !p.ok())
+      return runtime::Fail("wisp-token", p.status());
+  }
   const jwt::Algorithm alg = *jwt::ParseAlgorithm(algorithm);
 
   auto process = runtime::Process::Start("wisp-token", common);
@@ -54,6 +60,12 @@ int main(int argc, char** argv) {
   if (!kv.ok()) return runtime::Fail("wisp-token", kv.status());
   token::TokenMetrics metrics((*process)->registry());
   Clock& clock = SystemClock::Instance();
+  absl::StatusOr<token::Policy> policy = token::Policy::Default();
+  if (!policy_file.empty()) policy = token::LoadPolicyFile(policy_file, nullptr, clock, &metrics);
+  if (!policy.ok()) return runtime::Fail("wisp-token", policy.status());
+  token::PolicyStore policy_store(*policy);
+  token::PolicyWatcher watcher(policy_store, {.path = policy_file}, clock, metrics);
+  if (!policy_file.empty()) watcher.Start();
   token::KeyManager keys(
       **kv, *kek, clock,
       {.rotation_period = std::chrono::duration_cast<std::chrono::seconds>(rotation),
@@ -61,12 +73,12 @@ int main(int argc, char** argv) {
        .default_algorithm = alg},
       &metrics);
   if (auto st = keys.Start(); !st.ok()) return runtime::Fail("wisp-token", st);
-  token::Issuer issuer(keys, *policy, clock, metrics,
+  token::Issuer issuer(keys, policy_store, clock, metrics,
                        {.issuer = issuer_url, .default_algorithm = alg});
   token::Reviewer reviewer(
       keys, clock, metrics,
       {.issuer = issuer_url, .leeway = std::chrono::duration_cast<std::chrono::seconds>(leeway)});
-  token::Exchanger exchanger(reviewer, issuer, *policy, clock, metrics);
+  token::Exchanger exchanger(reviewer, issuer, policy_store, clock, metrics);
   auto micro =
       (*process)->RegisterService("signing keys, JWKS, bound tokens, STS exchange, review");
   if (!micro.ok()) return runtime::Fail("wisp-token", micro.status());
@@ -79,5 +91,6 @@ int main(int argc, char** argv) {
   serving = true;
   (*process)->WaitForSignal();
   service.Stop();
+  watcher.Stop();
   return (*process)->Shutdown();
 }

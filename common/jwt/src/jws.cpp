@@ -30,9 +30,11 @@ absl::StatusOr<std::optional<int64_t>> TimeClaim(const nlohmann::json& claims, c
 }  // namespace
 
 absl::StatusOr<std::string> Sign(const PrivateKey& key, std::string_view payload_json) {
-  nlohmann::json header = {
-      {"alg", AlgorithmName(key.algorithm())}, {"kid", key.kid()}, {"typ", "JWT"}};
-  std::string input = Base64UrlEncode(header.dump());
+  const std::string& header = key.EncodedJwsHeader();
+  std::string input;
+  // One allocation: header, payload and an ES256/RS256 signature in base64url.
+  input.reserve(header.size() + 2 + (payload_json.size() + 2) / 3 * 4 + 344);
+  input += header;
   input.push_back('.');
   input += Base64UrlEncode(payload_json);
   WISP_ASSIGN_OR_RETURN(std::string sig, key.Sign(input));

@@ -342,12 +342,22 @@ absl::StatusOr<std::shared_ptr<PublicKey::Impl>> MakePublicImpl(PkeyPtr pkey, Al
 
 // ---- PrivateKey ----------------------------------------------------------------------------
 
+namespace {
+
+std::string JwsHeaderB64(Algorithm alg, const std::string& kid) {
+  nlohmann::json header = {{"alg", AlgorithmName(alg)}, {"kid", kid}, {"typ", "JWT"}};
+  return Base64UrlEncode(header.dump());
+}
+
+}  // namespace
+
 // Signing contexts are initialised once (sign_init, padding, digest) and then reused; a context
 // serves one thread at a time, so the pool hands them out under a mutex held only for the
 // checkout.
 struct PrivateKey::Impl {
   PkeyPtr pkey;
   Algorithm alg = Algorithm::kRS256;
+  std::string jws_header_b64;
   std::mutex mu;
   std::vector<EVP_PKEY_CTX*> free_ctx;
 
@@ -397,6 +407,7 @@ absl::StatusOr<PrivateKey> PrivateKey::Generate(Algorithm alg) {
   WISP_ASSIGN_OR_RETURN(auto pub, MakePublicImpl(PkeyPtr(raw), alg));
   out.pub_.impl_ = std::move(pub);
   out.pub_.kid_ = out.pub_.impl_->thumbprint;
+  out.impl_->jws_header_b64 = JwsHeaderB64(alg, out.pub_.kid_);
   return out;
 }
 
@@ -418,6 +429,7 @@ absl::StatusOr<PrivateKey> PrivateKey::FromPem(std::string_view pem) {
   WISP_ASSIGN_OR_RETURN(auto pub, MakePublicImpl(PkeyPtr(raw), alg));
   out.pub_.impl_ = std::move(pub);
   out.pub_.kid_ = out.pub_.impl_->thumbprint;
+  out.impl_->jws_header_b64 = JwsHeaderB64(alg, out.pub_.kid_);
   return out;
 }
 
@@ -433,6 +445,11 @@ absl::StatusOr<std::string> PrivateKey::ToPem() const {
   std::string out(data, static_cast<size_t>(len));
   OPENSSL_cleanse(data, static_cast<size_t>(len));
   return out;
+}
+
+const std::string& PrivateKey::EncodedJwsHeader() const {
+  static const std::string kEmpty;
+  return impl_ ? impl_->jws_header_b64 : kEmpty;
 }
 
 absl::StatusOr<std::string> PrivateKey::Sign(std::string_view signing_input) const {

@@ -34,8 +34,13 @@ std::string FormatRfc3339Nano(std::chrono::system_clock::time_point t) {
   return out;
 }
 
-TokenServer::TokenServer(TokenFile& file, StsClient& sts, Clock& clock, double refresh_fraction)
-    : file_(file), sts_(sts), clock_(clock), refresh_fraction_(refresh_fraction) {}
+TokenServer::TokenServer(TokenFile& file, StsClient& sts, Clock& clock, double refresh_fraction,
+                         SidecarMetrics* metrics)
+    : file_(file),
+      sts_(sts),
+      clock_(clock),
+      refresh_fraction_(refresh_fraction),
+      metrics_(metrics) {}
 
 int TokenServer::exchanges() const {
   std::lock_guard lock(mu_);
@@ -44,6 +49,16 @@ int TokenServer::exchanges() const {
 
 absl::StatusOr<CachedToken> TokenServer::Get() {
   std::unique_lock lock(mu_);
+  const auto start = clock_.Now();
+  // Fresh, or due for refresh but still valid while another caller refreshes it or a failed
+  // refresh is backing off: the cached token answers at once (nobody waits up to the STS timeout
+  // for a token we already hold, and a down gateway is not asked once per request).
+  if (cached_ &&
+      (start < refresh_at_ || (start < cached_->expiry && (in_flight_ || start < retry_at_)))) {
+    if (metrics_) metrics_->cache_hits.Increment();
+    return *cached_;
+  }
+  if (metrics_) metrics_->cache_misses.Increment();
   while (true) {
     const auto now = clock_.Now();
     if (cached_ && now < refresh_at_) return *cached_;
@@ -58,6 +73,7 @@ absl::StatusOr<CachedToken> TokenServer::Get() {
   lock.unlock();
 
   absl::StatusOr<AccessToken> fresh = absl::UnknownError("not attempted");
+  const int loads_before = file_.loads();
   auto subject = file_.Read();
   if (!subject.ok()) {
     fresh = subject.status();
@@ -65,6 +81,12 @@ absl::StatusOr<CachedToken> TokenServer::Get() {
     fresh = sts_.Exchange(*subject);
   }
   const auto now = clock_.Now();
+  if (metrics_) {
+    if (file_.loads() != loads_before) metrics_->token_file_reloads_total.Increment();
+    metrics_->sts_exchanges_total
+        .Add({{"outcome", std::string(SidecarMetrics::Outcome(fresh.status()))}})
+        .Increment();
+  }
 
   lock.lock();
   in_flight_ = false;
@@ -80,6 +102,7 @@ absl::StatusOr<CachedToken> TokenServer::Get() {
     result = t;
   } else {
     last_error_ = fresh.status();
+    retry_at_ = now + kRefreshRetryBackoff;
     static auto logger = log::Get("sidecar");
     if (cached_ && now < cached_->expiry) {
       SPDLOG_LOGGER_WARN(logger, "couldn't refresh the access token, serving the cached one: {}",
@@ -97,6 +120,7 @@ absl::StatusOr<CachedToken> TokenServer::Get() {
 
 http::Response TokenServer::Handle(const http::Request&) {
   auto t = Get();
+  if (metrics_) (t.ok() ? metrics_->requests_ok : metrics_->requests_error).Increment();
   if (!t.ok()) {
     return http::Response::Error(500,
                                  "failed to fetch token: " + std::string(t.status().message()));

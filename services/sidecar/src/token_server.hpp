@@ -6,8 +6,12 @@
 //     caller exchanges the current projected token (TokenFile re-reads it when kubelet rotated
 //     it) at the STS. Concurrent callers during an exchange wait for that one exchange (single
 //     flight): one STS call per refresh, not per request.
-//   - If a refresh fails while the cached token is still valid, the cached token is served (as
-//     kubelet's token manager does) and the next call retries.
+//   - Between 80% and 100% of the lifetime the still-valid cached token answers at once while
+//     one caller refreshes it; if that refresh fails, the cached token is served (as kubelet's
+//     token manager does) and the next attempt waits kRefreshRetryBackoff, so a down gateway is
+//     not asked once per request.
+//   - With `metrics`: every answer, cache hit/miss, exchange outcome and token file (re)load
+//   counts.
 //   - Handle() answers 200 {"access_token","token_type","expiry"} with expiry in RFC 3339 as Go's
 //     time.Time marshals it (UTC, fractional seconds without trailing zeros), so gcsfuse's
 //     gcs-auth:token-url (oauth2.Token) reads it; failure -> 500 {"error": "..."} (never a token).
@@ -20,12 +24,15 @@
 #include <optional>
 #include <string>
 
+#include "sidecar_metrics.hpp"
 #include "sts_client.hpp"
 #include "token_file.hpp"
 #include "wisp/http/server.hpp"
 #include "wisp/status/clock.hpp"
 
 namespace wisp::sidecar {
+
+inline constexpr std::chrono::seconds kRefreshRetryBackoff{5};
 
 struct CachedToken {
   std::string access_token;
@@ -35,7 +42,8 @@ struct CachedToken {
 
 class TokenServer {
  public:
-  TokenServer(TokenFile& file, StsClient& sts, Clock& clock, double refresh_fraction = 0.8);
+  TokenServer(TokenFile& file, StsClient& sts, Clock& clock, double refresh_fraction = 0.8,
+              SidecarMetrics* metrics = nullptr);
 
   absl::StatusOr<CachedToken> Get();
   http::Response Handle(const http::Request& request);
@@ -46,12 +54,14 @@ class TokenServer {
   StsClient& sts_;
   Clock& clock_;
   const double refresh_fraction_;
+  SidecarMetrics* const metrics_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool in_flight_ = false;
   std::optional<CachedToken> cached_;
   std::chrono::system_clock::time_point refresh_at_;
+  std::chrono::system_clock::time_point retry_at_{};  // no refresh attempt before this
   absl::Status last_error_ = absl::OkStatus();
   uint64_t generation_ = 0;  // bumps after every finished exchange attempt
   int exchanges_ = 0;

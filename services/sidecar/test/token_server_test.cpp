@@ -112,6 +112,63 @@ TEST_F(TokenServerTest, ServesCachedTokenWhileRefreshFails) {
   EXPECT_EQ(r.body.find("access-1"), std::string::npos);
 }
 
+// Tests the sidecar's counters: answers by code, cache hits and misses, exchanges by outcome, and
+// token file loads (one per kubelet rotation, not one per exchange).
+TEST_F(TokenServerTest, CountsAnswersCacheExchangesAndFileLoads) {
+  prometheus::Registry registry;
+  SidecarMetrics metrics(registry);
+  TokenServer server(file_, sts_, clock_, 0.8, &metrics);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(server.Handle({}).status, 200);
+  EXPECT_EQ(metrics.requests_ok.Value(), 5);
+  EXPECT_EQ(metrics.cache_misses.Value(), 1);
+  EXPECT_EQ(metrics.cache_hits.Value(), 4);
+  EXPECT_EQ(metrics.token_file_reloads_total.Value(), 1);
+  EXPECT_EQ(metrics.sts_exchanges_total.Add({{"outcome", "ok"}}).Value(), 1);
+
+  clock_.Advance(std::chrono::seconds(1001));
+  sts_.fail = absl::PermissionDeniedError("STS answered HTTP 400: invalid_target");
+  EXPECT_EQ(server.Handle({}).status, 500);
+  EXPECT_EQ(metrics.requests_error.Value(), 1);
+  EXPECT_EQ(metrics.sts_exchanges_total.Add({{"outcome", "rejected"}}).Value(), 1);
+  EXPECT_EQ(metrics.token_file_reloads_total.Value(), 1);  // same file: not reloaded
+
+  std::remove(path_.c_str());
+  EXPECT_EQ(server.Handle({}).status, 500);
+  EXPECT_EQ(metrics.sts_exchanges_total.Add({{"outcome", "token_file"}}).Value(), 1);
+}
+
+// Tests that between 80% and 100% of the lifetime a refresh in flight does not hold other
+// callers (they get the still-valid token), and that a failed refresh backs off instead of asking
+// the STS on every request.
+TEST_F(TokenServerTest, ValidTokenAnswersDuringRefreshAndFailuresBackOff) {
+  ASSERT_TRUE(server_.Get().ok());
+  clock_.Advance(std::chrono::seconds(850));
+  {
+    std::lock_guard lock(sts_.mu);
+    sts_.hold = true;
+  }
+  std::thread refresher([&] { EXPECT_EQ(server_.Get()->access_token, "access-2"); });
+  while (true) {
+    std::lock_guard lock(sts_.mu);
+    if (sts_.calls == 2) break;
+  }
+  EXPECT_EQ(server_.Get()->access_token, "access-1");  // not blocked by the refresh
+  {
+    std::lock_guard lock(sts_.mu);
+    sts_.hold = false;
+  }
+  sts_.cv.notify_all();
+  refresher.join();
+
+  clock_.Advance(std::chrono::seconds(850));  // access-2 is due for refresh
+  sts_.fail = absl::UnavailableError("gateway down");
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(server_.Get()->access_token, "access-2");
+  EXPECT_EQ(sts_.calls, 3);  // one failed attempt, then the backoff
+  clock_.Advance(kRefreshRetryBackoff);
+  EXPECT_EQ(server_.Get()->access_token, "access-2");
+  EXPECT_EQ(sts_.calls, 4);
+}
+
 // Tests Go's RFC3339Nano formatting (UTC, trailing zeros trimmed).
 TEST(FormatRfc3339NanoTest, MatchesGo) {
   using std::chrono::system_clock;

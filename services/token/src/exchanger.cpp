@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "remote_jwks.hpp"
 #include "wisp/log/log.hpp"
 
 namespace wisp::token {
@@ -18,24 +19,49 @@ std::vector<std::string> SplitScopes(const std::string& scope) {
 
 Exchanger::Exchanger(const Reviewer& reviewer, const Issuer& issuer, const Policy& policy,
                      Clock& clock, TokenMetrics& metrics)
+    : reviewer_(reviewer),
+      issuer_(issuer),
+      owned_policy_(std::make_unique<PolicyStore>(policy)),
+      policy_(*owned_policy_),
+      clock_(clock),
+      metrics_(metrics) {}
+
+Exchanger::Exchanger(const Reviewer& reviewer, const Issuer& issuer, const PolicyStore& policy,
+                     Clock& clock, TokenMetrics& metrics)
     : reviewer_(reviewer), issuer_(issuer), policy_(policy), clock_(clock), metrics_(metrics) {}
 
-absl::StatusOr<nlohmann::json> Exchanger::VerifySubject(std::string_view token) const {
+absl::StatusOr<nlohmann::json> Exchanger::VerifySubject(std::string_view token,
+                                                        const Policy& policy) const {
   auto decoded = jwt::Decode(token);
   if (!decoded.ok()) return decoded.status();
   const std::string iss = decoded->claims.value("iss", "");
   if (iss == issuer_.issuer()) {
-    WISP_ASSIGN_OR_RETURN(auto v, reviewer_.Verify(token, policy_.subject_audiences));
+    WISP_ASSIGN_OR_RETURN(auto v, reviewer_.Verify(token, policy.subject_audiences));
     return v.claims;
   }
-  for (const auto& t : policy_.trusted_issuers) {
+  for (const auto& t : policy.trusted_issuers) {
     if (t.issuer != iss) continue;
     jwt::VerifyOptions opts;
     opts.issuer = t.issuer;
     opts.audiences = t.audiences;
     opts.now_unix = clock_.NowUnixSeconds();
     opts.leeway = reviewer_.leeway();
-    WISP_ASSIGN_OR_RETURN(auto v, jwt::Verify(token, t.keys, opts));
+    if (!t.remote) {
+      WISP_ASSIGN_OR_RETURN(auto v, jwt::Verify(token, t.keys, opts));
+      return v.claims;
+    }
+    auto keys = t.remote->Current();
+    if (!t.remote->loaded()) {
+      // Never fetched successfully yet (the IdP was down at start): try now, rate-limited.
+      if (t.remote->RefreshForUnknownKid()) keys = t.remote->Current();
+    } else if (!decoded->kid.empty() && keys->Find(decoded->kid) == nullptr) {
+      // The issuer may have rotated since the last fetch.
+      if (t.remote->RefreshForUnknownKid()) keys = t.remote->Current();
+    }
+    if (!t.remote->loaded()) {
+      return absl::UnavailableError("the JWKS of issuer " + t.issuer + " could not be fetched");
+    }
+    WISP_ASSIGN_OR_RETURN(auto v, jwt::Verify(token, *keys, opts));
     return v.claims;
   }
   return absl::UnauthenticatedError("subject token issuer is not trusted");
@@ -66,8 +92,13 @@ v1::ExchangeResponse Exchanger::Exchange(const v1::ExchangeRequest& req) const {
   }
   if (req.audience().empty()) return fail("invalid_request", "audience is required");
 
-  auto claims = VerifySubject(req.subject_token());
+  const std::shared_ptr<const Policy> policy = policy_.Current();
+  auto claims = VerifySubject(req.subject_token(), *policy);
   if (!claims.ok()) {
+    if (claims.status().code() == absl::StatusCode::kUnavailable) {
+      // Not the client's fault: the issuer's keys are out of reach; retrying later may work.
+      return fail("temporarily_unavailable", std::string(claims.status().message()), 503);
+    }
     return fail("invalid_grant", "subject_token: " + std::string(claims.status().message()));
   }
   auto subject = SubjectFromClaims(*claims);
@@ -81,7 +112,7 @@ v1::ExchangeResponse Exchanger::Exchange(const v1::ExchangeRequest& req) const {
   const std::vector<std::string> scopes = SplitScopes(req.scope());
   bool audience_ok = false;
   const ExchangeRule* granted = nullptr;
-  for (const auto& rule : policy_.exchange_rules) {
+  for (const auto& rule : policy->exchange_rules) {
     if (rule.namespace_name != "*" && rule.namespace_name != subject->namespace_()) continue;
     if (!Matches(rule.service_accounts, subject->service_account())) continue;
     if (!Matches(rule.audiences, req.audience())) continue;
@@ -104,7 +135,7 @@ v1::ExchangeResponse Exchanger::Exchange(const v1::ExchangeRequest& req) const {
   if (!scopes.empty()) access["scope"] = req.scope();
   auto alg = issuer_.AlgorithmFor("");
   auto signed_token =
-      issuer_.SignClaims(std::move(access), policy_.access_token_lifetime_seconds, *alg);
+      issuer_.SignClaims(std::move(access), policy->access_token_lifetime_seconds, *alg);
   if (!signed_token.ok()) {
     SPDLOG_LOGGER_ERROR(log::Get("exchange"), "signing access token: {}",
                         signed_token.status().ToString());

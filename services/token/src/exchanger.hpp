@@ -8,7 +8,9 @@
 //     invalid_request); audience required (invalid_request).
 //   - The subject token must verify against a trusted issuer: wisp's own keys (audience one of
 //     exchange.subjectAudiences when that list is set) or a configured external issuer (its JWKS
-//     file, issuer URL and required audiences). Otherwise invalid_grant.
+//     file or URL, issuer URL and required audiences). A kid the URL's set lacks triggers one
+//     rate-limited refetch (the issuer rotated) before the token is refused. Otherwise
+//     invalid_grant.
 //   - The subject (namespace, service account from sub) must match an exchange rule that allows the
 //     audience (else invalid_target) and every requested scope (else invalid_scope).
 //   - Success: an access token = a wisp-signed JWT {iss, sub, aud: audience, scope, exp, iat, nbf,
@@ -40,17 +42,22 @@ inline constexpr std::string_view kTokenTypeAccessToken =
 
 class Exchanger {
  public:
+  // A fixed policy (copied).
   Exchanger(const Reviewer& reviewer, const Issuer& issuer, const Policy& policy, Clock& clock,
+            TokenMetrics& metrics);
+  // The policy in force in `policy` (hot reload): each exchange reads one snapshot.
+  Exchanger(const Reviewer& reviewer, const Issuer& issuer, const PolicyStore& policy, Clock& clock,
             TokenMetrics& metrics);
 
   v1::ExchangeResponse Exchange(const v1::ExchangeRequest& request) const;
 
  private:
-  absl::StatusOr<nlohmann::json> VerifySubject(std::string_view token) const;
+  absl::StatusOr<nlohmann::json> VerifySubject(std::string_view token, const Policy& policy) const;
 
   const Reviewer& reviewer_;
   const Issuer& issuer_;
-  const Policy& policy_;
+  std::unique_ptr<PolicyStore> owned_policy_;
+  const PolicyStore& policy_;
   Clock& clock_;
   TokenMetrics& metrics_;
 };

@@ -24,6 +24,7 @@
 #include "key_manager.hpp"
 #include "metrics.hpp"
 #include "policy.hpp"
+#include "policy_store.hpp"
 #include "wisp/status/clock.hpp"
 #include "wisp/v1/token.pb.h"
 
@@ -42,7 +43,11 @@ class Issuer {
     std::string issuer;
     jwt::Algorithm default_algorithm = jwt::Algorithm::kRS256;
   };
+  // A fixed policy (copied).
   Issuer(const KeyManager& keys, const Policy& policy, Clock& clock, TokenMetrics& metrics,
+         Options options);
+  // The policy in force in `policy` (hot reload): each request reads one snapshot.
+  Issuer(const KeyManager& keys, const PolicyStore& policy, Clock& clock, TokenMetrics& metrics,
          Options options);
 
   absl::StatusOr<v1::IssueResponse> Issue(const v1::IssueRequest& request) const;
@@ -56,7 +61,8 @@ class Issuer {
 
  private:
   const KeyManager& keys_;
-  const Policy& policy_;
+  std::unique_ptr<PolicyStore> owned_policy_;
+  const PolicyStore& policy_;
   Clock& clock_;
   TokenMetrics& metrics_;
   const Options options_;

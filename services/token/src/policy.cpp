@@ -6,6 +6,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "remote_jwks.hpp"
+
 namespace wisp::token {
 namespace {
 
@@ -95,13 +97,46 @@ absl::StatusOr<Policy> Parse(const YAML::Node& root) {
         return absl::InvalidArgumentError(key + ".issuer: required");
       }
       issuer.issuer = t["issuer"].Scalar();
-      if (!t["jwksFile"] || t["jwksFile"].Scalar().empty()) {
-        return absl::InvalidArgumentError(key + ".jwksFile: required");
+      const auto scalar = [&](const char* name) -> absl::StatusOr<std::string> {
+        const auto n = t[name];
+        if (!n) return std::string();
+        if (!n.IsScalar() || n.Scalar().empty()) {
+          return absl::InvalidArgumentError(key + "." + name + ": must be a non-empty string");
+        }
+        return n.Scalar();
+      };
+      WISP_ASSIGN_OR_RETURN(issuer.jwks_file, scalar("jwksFile"));
+      WISP_ASSIGN_OR_RETURN(issuer.jwks_url, scalar("jwksUrl"));
+      WISP_ASSIGN_OR_RETURN(issuer.jwks_ca_file, scalar("jwksCaFile"));
+      if (issuer.jwks_file.empty() == issuer.jwks_url.empty()) {
+        return absl::InvalidArgumentError(
+            key + ": give exactly one of jwksFile and jwksUrl" +
+            (issuer.jwks_file.empty() ? " (neither is set)" : " (both are set)"));
       }
-      issuer.jwks_file = t["jwksFile"].Scalar();
       WISP_ASSIGN_OR_RETURN(issuer.audiences, StringList(t["audiences"], key + ".audiences"));
       if (issuer.audiences.empty()) {
         return absl::InvalidArgumentError(key + ".audiences: at least one is required");
+      }
+      if (!issuer.jwks_url.empty()) {
+        WISP_RETURN_IF_ERROR(ValidateHttpsUrl(issuer.jwks_url, key + ".jwksUrl"));
+        if (!issuer.jwks_ca_file.empty() && !std::ifstream(issuer.jwks_ca_file)) {
+          return absl::InvalidArgumentError(key + ".jwksCaFile: cannot read " +
+                                            issuer.jwks_ca_file);
+        }
+        if (const auto r = t["jwksRefreshSeconds"]; r) {
+          int64_t v = 0;
+          if (!r.IsScalar() || !YAML::convert<int64_t>::decode(r, v) || v < 10 || v > 86400) {
+            return absl::InvalidArgumentError(
+                key + ".jwksRefreshSeconds: must be an integer from 10 to 86400");
+          }
+          issuer.jwks_refresh_seconds = v;
+        }
+        p.trusted_issuers.push_back(std::move(issuer));
+        continue;
+      }
+      if (!issuer.jwks_ca_file.empty() || t["jwksRefreshSeconds"]) {
+        return absl::InvalidArgumentError(
+            key + ": jwksCaFile and jwksRefreshSeconds apply to jwksUrl only");
       }
       std::ifstream in(issuer.jwks_file);
       if (!in)

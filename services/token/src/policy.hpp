@@ -14,8 +14,12 @@
 //     rules:
 //       - {namespace: ml, serviceAccounts: [loader], audiences: [storage.wisp.dev],
 //          scopes: [https://www.googleapis.com/auth/cloud-platform]}
-//   trustedIssuers:
+//   trustedIssuers:                    # each with jwksFile or jwksUrl (not both)
 //     - {issuer: https://kubernetes.default.svc, jwksFile: /etc/wisp/cluster-jwks.json,
+//        audiences: [wisp-sts]}
+//     - {issuer: https://idp.example, jwksUrl: https://idp.example/keys,
+//        jwksCaFile: /etc/wisp/idp-ca.pem,   # optional; default: the system trust store
+//        jwksRefreshSeconds: 300,             # optional; >= 10, default 300
 //        audiences: [wisp-sts]}
 //
 // A namespace that is not listed (and no "*") may not request any audience: deny by default.
@@ -28,6 +32,7 @@
 //   const NamespacePolicy* ns = policy.ForNamespace("ml");
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,11 +58,17 @@ struct ExchangeRule {
   std::vector<std::string> scopes;
 };
 
+class RemoteJwks;
+
 struct TrustedIssuer {
   std::string issuer;
   std::string jwks_file;
+  std::string jwks_url;  // https:// only; fetched by RemoteJwks (see policy_store.hpp)
+  std::string jwks_ca_file;
+  int64_t jwks_refresh_seconds = 300;
   std::vector<std::string> audiences;  // the subject token must carry one of them
   jwt::KeySet keys;                    // loaded from jwks_file
+  std::shared_ptr<RemoteJwks> remote;  // for jwks_url; attached by AttachRemoteJwks
 };
 
 struct Policy {

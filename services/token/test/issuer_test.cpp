@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "test_env.hpp"
+#include "wisp/jwt/base64url.hpp"
 
 namespace wisp::token {
 namespace {
@@ -97,6 +98,30 @@ TEST_F(IssuerTest, RefusesBadSubjectAndAlgorithm) {
   auto es = env_.issuer->Issue(req);
   ASSERT_TRUE(es.ok());
   EXPECT_EQ(jwt::Decode(es->token())->alg, "ES256");
+}
+
+// Tests that the hand-written claims are exactly nlohmann's dump of them (sorted keys, its
+// escaping), with escapes and UTF-8 in free-form fields, and that invalid UTF-8 is refused.
+TEST_F(IssuerTest, ClaimsAreCanonicalJsonAndRefuseInvalidUtf8) {
+  auto req = env_.Request();
+  req.mutable_subject()->set_pod_uid("q\"b\\s\n\x01\x7f caf\xc3\xa9 \xf0\x9f\x94\x91");
+  req.mutable_subject()->set_node_name("node-1");
+  req.add_audiences("sts.amazonaws.com");
+  auto resp = env_.issuer->Issue(req);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  const std::string& t = resp->token();
+  const size_t d1 = t.find('.'), d2 = t.rfind('.');
+  const std::string raw = *jwt::Base64UrlDecode(t.substr(d1 + 1, d2 - d1 - 1));
+  EXPECT_EQ(raw, nlohmann::json::parse(raw).dump());
+  EXPECT_EQ(ClaimsOf(t)["kubernetes.io"]["pod"]["uid"],
+            "q\"b\\s\n\x01\x7f caf\xc3\xa9 \xf0\x9f\x94\x91");
+  EXPECT_EQ(ClaimsOf(t)["kubernetes.io"]["node"]["name"], "node-1");
+  for (const char* bad : {"\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xff"}) {
+    req.mutable_subject()->set_pod_uid(bad);
+    auto refused = env_.issuer->Issue(req);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  }
 }
 
 }  // namespace

@@ -84,6 +84,9 @@ class PrivateKey {
 
   // The JWS signature of `signing_input`. Thread-safe.
   absl::StatusOr<std::string> Sign(std::string_view signing_input) const;
+  // base64url of the JWS header {"alg","kid","typ":"JWT"} this key signs under, made once per key
+  // (jwt::Sign puts it in front of every token).
+  const std::string& EncodedJwsHeader() const;
 
  private:
   struct Impl;

@@ -1,0 +1,206 @@
+#include "policy_store.hpp"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <filesystem>
+
+#include "wisp/log/log.hpp"
+
+namespace wisp::token {
+namespace {
+
+std::shared_ptr<spdlog::logger> Logger() {
+  static auto logger = log::Get("policy");
+  return logger;
+}
+
+bool SameRemote(const TrustedIssuer& a, const TrustedIssuer& b) {
+  return a.issuer == b.issuer && a.jwks_url == b.jwks_url && a.jwks_ca_file == b.jwks_ca_file &&
+         a.jwks_refresh_seconds == b.jwks_refresh_seconds && b.remote != nullptr;
+}
+
+}  // namespace
+
+PolicyStore::PolicyStore(Policy initial)
+    : current_(std::make_shared<const Policy>(std::move(initial))) {}
+
+std::shared_ptr<const Policy> PolicyStore::Current() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+void PolicyStore::Replace(Policy next) {
+  auto p = std::make_shared<const Policy>(std::move(next));
+  std::lock_guard lock(mu_);
+  current_.swap(p);
+}
+
+JwksFetcherFactory HttpsFetcherFactory() {
+  return [](const TrustedIssuer& t) -> absl::StatusOr<std::shared_ptr<JwksFetcher>> {
+    auto f = HttpsJwksFetcher::Create({.ca_file = t.jwks_ca_file});
+    if (!f.ok()) return f.status();
+    return std::shared_ptr<JwksFetcher>(std::move(*f));
+  };
+}
+
+absl::Status AttachRemoteJwks(Policy& policy, const Policy* previous, Clock& clock,
+                              TokenMetrics* metrics, const JwksFetcherFactory& factory) {
+  for (size_t i = 0; i < policy.trusted_issuers.size(); ++i) {
+    TrustedIssuer& t = policy.trusted_issuers[i];
+    if (t.jwks_url.empty()) continue;
+    if (previous != nullptr) {
+      for (const auto& old : previous->trusted_issuers) {
+        if (SameRemote(t, old)) t.remote = old.remote;
+      }
+    }
+    if (t.remote) continue;
+    auto fetcher = factory(t);
+    if (!fetcher.ok()) {
+      return absl::InvalidArgumentError("trustedIssuers[" + std::to_string(i) +
+                                        "].jwksCaFile: " + std::string(fetcher.status().message()));
+    }
+    t.remote = std::make_shared<RemoteJwks>(
+        *std::move(fetcher),
+        RemoteJwks::Options{.url = t.jwks_url,
+                            .issuer = t.issuer,
+                            .refresh_interval = std::chrono::seconds(t.jwks_refresh_seconds)},
+        clock, metrics);
+    // Fetched at load; a failure is logged by Refresh and retried by the watcher, so an issuer
+    // whose JWKS server is down does not keep wisp-token from starting.
+    (void)t.remote->Refresh();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Policy> LoadPolicyFile(const std::string& path, const Policy* previous, Clock& clock,
+                                      TokenMetrics* metrics, const JwksFetcherFactory& factory) {
+  WISP_ASSIGN_OR_RETURN(Policy p, Policy::FromFile(path));
+  if (auto st = AttachRemoteJwks(p, previous, clock, metrics, factory); !st.ok()) {
+    return Annotate(st, "policy-file " + path);
+  }
+  return p;
+}
+
+void BlockReloadSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+PolicyWatcher::PolicyWatcher(PolicyStore& store, Options options, Clock& clock,
+                             TokenMetrics& metrics, JwksFetcherFactory factory)
+    : store_(store),
+      options_(std::move(options)),
+      clock_(clock),
+      metrics_(metrics),
+      factory_(std::move(factory)) {
+  fingerprint_ = Fingerprint();
+  metrics_.policy_last_reload_success_timestamp_seconds.Set(
+      static_cast<double>(clock_.NowUnixSeconds()));
+}
+
+PolicyWatcher::~PolicyWatcher() { Stop(); }
+
+std::string PolicyWatcher::Fingerprint() const {
+  // A ConfigMap volume swaps the ..data symlink: the file's own stat follows it, and the link
+  // target names the new timestamped directory even when size and mtime happen to match.
+  std::string fp;
+  struct stat st {};
+  if (stat(options_.path.c_str(), &st) == 0) {
+    fp = std::to_string(st.st_ino) + "/" + std::to_string(st.st_size) + "/" +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+  }
+  std::error_code ec;
+  const auto data = std::filesystem::path(options_.path).parent_path() / "..data";
+  if (std::filesystem::is_symlink(data, ec)) {
+    fp += "|" + std::filesystem::read_symlink(data, ec).string();
+  }
+  return fp;
+}
+
+absl::Status PolicyWatcher::Reload(std::string_view trigger) {
+  std::lock_guard guard(reload_mu_);
+  fingerprint_ = Fingerprint();
+  const auto current = store_.Current();
+  auto next = LoadPolicyFile(options_.path, current.get(), clock_, &metrics_, factory_);
+  if (!next.ok()) {
+    metrics_.PolicyReload("error").Increment();
+    SPDLOG_LOGGER_ERROR(Logger(), "policy reload ({}) failed, keeping the policy in force: {}",
+                        trigger, std::string(next.status().message()));
+    return next.status();
+  }
+  if (next->LongestTokenSeconds() > current->LongestTokenSeconds()) {
+    // Retired keys stay in the JWKS for the lifetime the key manager was started with.
+    SPDLOG_LOGGER_WARN(Logger(),
+                       "the reloaded policy allows tokens of {} s, longer than the {} s at start: "
+                       "restart wisp-token so retired keys stay published long enough",
+                       next->LongestTokenSeconds(), current->LongestTokenSeconds());
+  }
+  store_.Replace(*std::move(next));
+  metrics_.PolicyReload("ok").Increment();
+  metrics_.policy_last_reload_success_timestamp_seconds.Set(
+      static_cast<double>(clock_.NowUnixSeconds()));
+  SPDLOG_LOGGER_INFO(Logger(), "policy reloaded from {} ({})", options_.path, trigger);
+  return absl::OkStatus();
+}
+
+void PolicyWatcher::RefreshJwks() {
+  const auto policy = store_.Current();
+  for (const auto& t : policy->trusted_issuers) {
+    if (t.remote) t.remote->RefreshIfDue();
+  }
+}
+
+void PolicyWatcher::Start() {
+  std::lock_guard lock(mu_);
+  if (thread_.joinable() || stop_) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void PolicyWatcher::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) {
+    // Wakes a sigtimedwait at once (a thread-directed SIGHUP only this thread waits for).
+    if (options_.handle_sighup) pthread_kill(thread_.native_handle(), SIGHUP);
+    thread_.join();
+  }
+}
+
+void PolicyWatcher::Loop() {
+  sigset_t hup;
+  sigemptyset(&hup);
+  sigaddset(&hup, SIGHUP);
+  sigset_t blocked;
+  pthread_sigmask(SIG_BLOCK, nullptr, &blocked);
+  const bool take_sighup = options_.handle_sighup && sigismember(&blocked, SIGHUP) == 1;
+  while (true) {
+    bool got_hup = false;
+    if (take_sighup) {
+      // The wait for SIGHUP is this loop's sleep; Stop() is seen within one poll interval.
+      const auto ms = options_.poll_interval.count();
+      timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1'000'000)};
+      got_hup = sigtimedwait(&hup, nullptr, &ts) == SIGHUP;
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+    } else {
+      std::unique_lock lock(mu_);
+      if (cv_.wait_for(lock, options_.poll_interval, [this] { return stop_; })) return;
+    }
+    if (got_hup) {
+      (void)Reload("SIGHUP");
+    } else if (Fingerprint() != fingerprint_) {
+      (void)Reload("file changed");
+    }
+    RefreshJwks();
+  }
+}
+
+}  // namespace wisp::token
