@@ -64,7 +64,10 @@ int main(int argc, char** argv) {
   if (!policy_file.empty()) policy = token::LoadPolicyFile(policy_file, nullptr, clock, &metrics);
   if (!policy.ok()) return runtime::Fail("wisp-token", policy.status());
   token::PolicyStore policy_store(*policy);
-  token::PolicyWatcher watcher(policy_store, {.path = policy_file}, clock, metrics);
+  // SIGHUP reaches main's WaitForSignal (runtime blocks it in every thread), which hands it to the
+  // watcher: a second thread waiting for it too would take some signals and leave others.
+  token::PolicyWatcher watcher(policy_store, {.path = policy_file, .handle_sighup = false}, clock,
+                               metrics);
   if (!policy_file.empty()) watcher.Start();
   token::KeyManager keys(
       **kv, *kek, clock,
@@ -89,7 +92,9 @@ int main(int argc, char** argv) {
                                    std::chrono::seconds(10), rotation / 4)});
   if (auto st = service.Start(); !st.ok()) return runtime::Fail("wisp-token", st);
   serving = true;
-  (*process)->WaitForSignal();
+  (*process)->WaitForSignal([&] {
+    if (!policy_file.empty()) (void)watcher.Reload("SIGHUP");
+  });
   service.Stop();
   watcher.Stop();
   return (*process)->Shutdown();

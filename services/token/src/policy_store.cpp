@@ -122,6 +122,11 @@ std::string PolicyWatcher::Fingerprint() const {
   return fp;
 }
 
+bool PolicyWatcher::FileChanged() {
+  std::lock_guard guard(reload_mu_);  // Reload() may run on main's thread (SIGHUP) meanwhile
+  return Fingerprint() != fingerprint_;
+}
+
 absl::Status PolicyWatcher::Reload(std::string_view trigger) {
   std::lock_guard guard(reload_mu_);
   fingerprint_ = Fingerprint();
@@ -196,7 +201,7 @@ void PolicyWatcher::Loop() {
     }
     if (got_hup) {
       (void)Reload("SIGHUP");
-    } else if (Fingerprint() != fingerprint_) {
+    } else if (FileChanged()) {
       (void)Reload("file changed");
     }
     RefreshJwks();

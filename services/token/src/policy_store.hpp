@@ -13,8 +13,10 @@
 //     A file that does not load keeps the policy in force and logs why (naming the YAML key);
 //     wisp_token_policy_reloads_total{outcome="ok"|"error"} counts both, and
 //     wisp_token_policy_last_reload_success_timestamp_seconds is the time of the policy in force.
-//   - SIGHUP reaches the watcher only if BlockReloadSignal() ran before any thread was started;
-//     wisp-token's main does that so a SIGHUP never terminates it.
+//   - With Options::handle_sighup the watcher's thread waits for SIGHUP itself, which works only
+//     if BlockReloadSignal() ran before any thread was started. wisp-token's main instead leaves
+//     SIGHUP to runtime::Process::WaitForSignal and calls Reload("SIGHUP") from there (one waiter,
+//     so no signal is lost to the other).
 //
 // Example:
 //   BlockReloadSignal();  // first thing in main
@@ -83,6 +85,7 @@ class PolicyWatcher {
 
  private:
   std::string Fingerprint() const;
+  bool FileChanged();
   void Loop();
 
   PolicyStore& store_;
