@@ -3,7 +3,7 @@
 # Least privilege on the bus: scripts/nats-auth's users against a real nats-server.
 wisp_add_test(security_bus_integration_test
   SOURCES security_bus_test.cpp
-  DEPS wisp::bus wisp::integration_stack
+  DEPS wisp::bus wisp::integration_stack nlohmann_json::nlohmann_json
   LABELS integration)
 
 # Faults: a 3-node cluster with an R3 bucket, one node SIGKILLed under steady load.
