@@ -461,7 +461,7 @@ TEST_F(BusPermissionsTest, NoStreamCanSourceTheKeyBucket) {
   // An unrestricted user of the same account: a new stream sourcing the keys by name and through
   // the JetStream API of wisp-token's account (which that account does not export).
   nlohmann::json steal = {{"name", "IT_STEAL"},
-                          {"subjects", {"it.steal.>"}},
+                          {"subjects", nlohmann::json::array({"it.steal.>"})},
                           {"storage", "memory"},
                           {"sources",
                            {{{"name", "KV_wisp_keys"}, {"external", {{"api", "$JS.TOKEN.API"}}}},
@@ -470,7 +470,7 @@ TEST_F(BusPermissionsTest, NoStreamCanSourceTheKeyBucket) {
   ASSERT_TRUE(created.ok()) << created.status();
   ASSERT_FALSE(created->contains("error")) << created->dump();
   steal["name"] = "IT_STEAL_LOCAL";
-  steal["subjects"] = {"it.steal-local.>"};
+  steal["subjects"] = nlohmann::json::array({"it.steal-local.>"});
   steal["sources"] = nlohmann::json::array(
       {{{"name", "KV_wisp_keys"}}, {{"name", "KV_" + std::string(bus::buckets::kPods)}}});
   created = JsApi(*observer, "$JS.API.STREAM.CREATE.IT_STEAL_LOCAL", steal.dump());
