@@ -478,7 +478,7 @@ TEST_F(BusPermissionsTest, NoStreamCanSourceTheKeyBucket) {
   ASSERT_FALSE(created->contains("error")) << created->dump();
 
   // Sourcing works (the control arrives everywhere)...
-  for (const std::string stream : {own, std::string("IT_STEAL"), std::string("IT_STEAL_LOCAL")}) {
+  for (const std::string& stream : {own, std::string("IT_STEAL"), std::string("IT_STEAL_LOCAL")}) {
     SCOPED_TRACE(stream);
     EXPECT_TRUE(
         Eventually([&] { return StreamHas(*observer, stream, "$KV.wisp_pods.marker"); }, 10s))
@@ -489,7 +489,7 @@ TEST_F(BusPermissionsTest, NoStreamCanSourceTheKeyBucket) {
   ASSERT_TRUE((*pods)->Put("marker2", "sourced").ok());
   EXPECT_TRUE(Eventually([&] { return StreamHas(*observer, own, "$KV.wisp_pods.marker2"); }, 10s));
   std::this_thread::sleep_for(300ms);
-  for (const std::string stream : {own, std::string("IT_STEAL"), std::string("IT_STEAL_LOCAL")}) {
+  for (const std::string& stream : {own, std::string("IT_STEAL"), std::string("IT_STEAL_LOCAL")}) {
     EXPECT_FALSE(StreamHas(*observer, stream, "$KV.wisp_keys.keyset"))
         << stream << " holds a copy of the key set";
   }
