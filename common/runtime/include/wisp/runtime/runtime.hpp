@@ -21,6 +21,7 @@
 //   ... build the service from (*process)->bus(), register endpoints ...
 //   (*process)->WaitForSignal();
 //   return (*process)->Shutdown();
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -78,7 +79,9 @@ class Process {
   // Announces this process as a NATS micro service; endpoints are added on the returned Service.
   absl::StatusOr<bus::Service*> RegisterService(std::string description);
 
-  // Blocks until SIGTERM or SIGINT.
+  // Blocks until SIGTERM or SIGINT. /readyz answers 503 ("started") until this is called, i.e.
+  // until main has started the service (the gateway's HTTPS listener, every endpoint), and again
+  // once the signal has arrived and the process drains.
   void WaitForSignal();
   // Drains and stops; returns the process exit code (0 after a clean drain).
   int Shutdown();
@@ -90,6 +93,7 @@ class Process {
   std::unique_ptr<bus::Bus> bus_;
   std::unique_ptr<metrics::Endpoint> endpoint_;
   std::unique_ptr<bus::Service> micro_;
+  std::shared_ptr<std::atomic<bool>> serving_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 // Prints "<service>: <status message>" to stderr and returns the exit code for it: 2 for an
