@@ -9,7 +9,8 @@
 //     it on the same connection (NATS keeps per-connection order, so once the permitted one has
 //     arrived the denied one would have arrived first);
 //   - a denied subscription has no interest at the server, so a request to it finds no responders.
-// An extra user `it-observer` (all permissions, test only) watches and calls from outside.
+// An extra user `it-observer` (all permissions, test only, in account WISP with every service but
+// wisp-token, which has account TOKEN to itself) watches and calls from outside.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,6 +19,8 @@
 #include <set>
 #include <sstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/bus/subjects.hpp"
@@ -64,12 +67,15 @@ class BusPermissionsTest : public ::testing::Test {
         RunCommand(SourceDir() + "/scripts/nats-auth " + d + "/secrets > " + d + "/users.conf");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::string conf = ReadAll(d + "/users.conf");
-    // Add the observer as one more element of the generated users list (the list closes with the
-    // last "]" of the file).
-    const auto close = conf.rfind(']');
-    ASSERT_NE(close, std::string::npos) << conf;
-    conf.insert(close, std::string("  { user: ") + kObserver + ", password: \"" +
-                           kObserverPassword + "\" }\n  ");
+    // Add the observer as the first user of account WISP (every service but wisp-token), so it
+    // sees that account as any service in it would, with no permission limits.
+    const auto account = conf.find("  WISP {");
+    ASSERT_NE(account, std::string::npos) << conf;
+    const auto users = conf.find("users = [", account);
+    ASSERT_NE(users, std::string::npos) << conf;
+    conf.insert(users + std::string_view("users = [").size(), std::string("\n      { user: ") +
+                                                                  kObserver + ", password: \"" +
+                                                                  kObserverPassword + "\" }");
     std::ofstream(d + "/nats.conf") << conf << "\n";
     NatsServer::Options o;
     o.extra_args = {"-c", d + "/nats.conf"};
@@ -403,6 +409,134 @@ TEST_F(BusPermissionsTest, RepliesReachOnlyTheirRequester) {
     auto reply = impostor->Request("$JS.API.INFO", "", 500ms);  // permitted to publish
     EXPECT_FALSE(reply.ok()) << "wisp-policy got a reply under " << prefix;
   }
+}
+
+// A JetStream API reply as JSON (an unanswered call, e.g. one the server's permissions dropped, is
+// the request's error status).
+absl::StatusOr<nlohmann::json> JsApi(NatsBus& b, const std::string& api, const std::string& body) {
+  auto reply = b.Request(api, body, 2s);
+  if (!reply.ok()) return reply.status();
+  auto j = nlohmann::json::parse(reply->data, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::DataLossError("not JSON: " + reply->data);
+  return j;
+}
+
+// Whether `stream` holds a message on `subject` (STREAM.MSG.GET last_by_subj).
+bool StreamHas(NatsBus& b, const std::string& stream, const std::string& subject) {
+  auto r = JsApi(b, "$JS.API.STREAM.MSG.GET." + stream,
+                 nlohmann::json{{"last_by_subj", subject}}.dump());
+  return r.ok() && r->contains("message");
+}
+
+// Tests that no service can copy the key bucket into a stream it can read (gap G2): wisp-policy
+// updates its own bucket's stream to source KV_wisp_keys (and, as a control, KV_wisp_pods), and an
+// unrestricted user of the services' account creates a stream sourcing it, also through the
+// cross-account API prefix. The control's message arrives; the key set never does, because
+// KV_wisp_keys lives in wisp-token's own account and does not exist in the services' one.
+TEST_F(BusPermissionsTest, NoStreamCanSourceTheKeyBucket) {
+  auto token = Connect("wisp-token");
+  auto policy = Connect("wisp-policy");
+  auto observer = Connect(kObserver);
+  ASSERT_TRUE(token && policy && observer);
+  auto keys = token->OpenBucket(Keys());
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  ASSERT_TRUE((*keys)->Put("keyset", "sealed-key-set").ok());
+  auto pods = policy->OpenBucket(bus::BucketConfig{.name = std::string(bus::buckets::kPods)});
+  auto sources = policy->OpenBucket(bus::BucketConfig{.name = std::string(bus::buckets::kSources)});
+  ASSERT_TRUE(pods.ok() && sources.ok()) << pods.status() << " " << sources.status();
+  ASSERT_TRUE((*pods)->Put("marker", "sourced").ok());
+
+  // wisp-policy: STREAM.UPDATE of its own stream with the extra sources (permitted by subject).
+  const std::string own = "KV_" + std::string(bus::buckets::kSources);
+  auto info = JsApi(*policy, "$JS.API.STREAM.INFO." + own, "");
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_TRUE(info->contains("config")) << info->dump();
+  nlohmann::json config = (*info)["config"];
+  config["sources"] = nlohmann::json::array(
+      {{{"name", "KV_wisp_keys"}}, {{"name", "KV_" + std::string(bus::buckets::kPods)}}});
+  auto updated = JsApi(*policy, "$JS.API.STREAM.UPDATE." + own, config.dump());
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  ASSERT_FALSE(updated->contains("error")) << updated->dump();
+
+  // An unrestricted user of the same account: a new stream sourcing the keys by name and through
+  // the JetStream API of wisp-token's account (which that account does not export).
+  nlohmann::json steal = {{"name", "IT_STEAL"},
+                          {"subjects", nlohmann::json::array({"it.steal.>"})},
+                          {"storage", "memory"},
+                          {"sources",
+                           {{{"name", "KV_wisp_keys"}, {"external", {{"api", "$JS.TOKEN.API"}}}},
+                            {{"name", "KV_" + std::string(bus::buckets::kPods)}}}}};
+  auto created = JsApi(*observer, "$JS.API.STREAM.CREATE.IT_STEAL", steal.dump());
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_FALSE(created->contains("error")) << created->dump();
+  steal["name"] = "IT_STEAL_LOCAL";
+  steal["subjects"] = nlohmann::json::array({"it.steal-local.>"});
+  steal["sources"] = nlohmann::json::array(
+      {{{"name", "KV_wisp_keys"}}, {{"name", "KV_" + std::string(bus::buckets::kPods)}}});
+  created = JsApi(*observer, "$JS.API.STREAM.CREATE.IT_STEAL_LOCAL", steal.dump());
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_FALSE(created->contains("error")) << created->dump();
+
+  // Sourcing works (the control arrives everywhere)...
+  for (const std::string& stream : {own, std::string("IT_STEAL"), std::string("IT_STEAL_LOCAL")}) {
+    SCOPED_TRACE(stream);
+    EXPECT_TRUE(
+        Eventually([&] { return StreamHas(*observer, stream, "$KV.wisp_pods.marker"); }, 10s))
+        << "control message never sourced";
+  }
+  // ...and a key set written now would be copied as fast as the control was.
+  ASSERT_TRUE((*keys)->Put("keyset", "sealed-key-set-2").ok());
+  ASSERT_TRUE((*pods)->Put("marker2", "sourced").ok());
+  EXPECT_TRUE(Eventually([&] { return StreamHas(*observer, own, "$KV.wisp_pods.marker2"); }, 10s));
+  std::this_thread::sleep_for(300ms);
+  for (const std::string& stream : {own, std::string("IT_STEAL"), std::string("IT_STEAL_LOCAL")}) {
+    EXPECT_FALSE(StreamHas(*observer, stream, "$KV.wisp_keys.keyset"))
+        << stream << " holds a copy of the key set";
+  }
+  EXPECT_FALSE(StreamHas(*policy, own, "$KV.wisp_keys.keyset"));
+  // The key stream does not exist in the services' account, even for an unrestricted user.
+  auto keys_info = JsApi(*observer, "$JS.API.STREAM.INFO.KV_wisp_keys", "");
+  ASSERT_TRUE(keys_info.ok()) << keys_info.status();
+  EXPECT_TRUE(keys_info->contains("error")) << keys_info->dump();
+  EXPECT_FALSE(keys_info->contains("config")) << keys_info->dump();
+  for (const std::string stream : {"IT_STEAL", "IT_STEAL_LOCAL"}) {
+    (void)JsApi(*observer, "$JS.API.STREAM.DELETE." + stream, "");
+  }
+}
+
+// Tests that the token services, their discovery and their events cross from wisp-token's account
+// to the services' one: two wisp-token connections and wisp-policy all answer one `$SRV.PING`
+// from wispctl (as `wispctl status` sends it), and the gateway calls wisp.v1.token.issue.
+TEST_F(BusPermissionsTest, TokenAccountServesAcrossAccounts) {
+  auto token1 = Connect("wisp-token");
+  auto token2 = Connect("wisp-token");
+  auto policy = Connect("wisp-policy");
+  auto ctl = Connect("wispctl");
+  auto gw = Connect("wisp-gateway");
+  ASSERT_TRUE(token1 && token2 && policy && ctl && gw);
+  std::vector<bus::SubscriptionPtr> subs;
+  const std::vector<std::pair<NatsBus*, std::string>> responders = {
+      {token1.get(), "token1"}, {token2.get(), "token2"}, {policy.get(), "policy"}};
+  for (const auto& [b, name] : responders) {
+    auto sub = b->Serve(subjects::kSrvPing, "",
+                        [who = name](const bus::Request&) { return bus::Reply::Ok(who); });
+    ASSERT_TRUE(sub.ok()) << sub.status();
+    subs.push_back(*std::move(sub));
+    ASSERT_TRUE(b->Request("$JS.API.INFO", "", 2s).ok());
+  }
+  auto replies = ctl->RequestMany(subjects::kSrvPing, "", 1s);
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  std::multiset<std::string> who;
+  for (const auto& m : *replies) who.insert(m.data);
+  EXPECT_EQ(who, (std::multiset<std::string>{"policy", "token1", "token2"}));
+
+  auto issue = token1->Serve(subjects::kTokenIssue, bus::queues::kToken,
+                             [](const bus::Request&) { return bus::Reply::Ok("a-token"); });
+  ASSERT_TRUE(issue.ok()) << issue.status();
+  ASSERT_TRUE(token1->Request("$JS.API.INFO", "", 2s).ok());
+  auto reply = gw->Request(subjects::kTokenIssue, "issue", 2s);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->data, "a-token");
 }
 
 // Tests that only wisp-token can announce key changes, and that the gateway receives them.

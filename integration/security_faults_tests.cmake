@@ -3,8 +3,18 @@
 # Least privilege on the bus: scripts/nats-auth's users against a real nats-server.
 wisp_add_test(security_bus_integration_test
   SOURCES security_bus_test.cpp
-  DEPS wisp::bus wisp::integration_stack
+  DEPS wisp::bus wisp::integration_stack nlohmann_json::nlohmann_json
   LABELS integration)
+
+# Optional TLS to NATS: a TLS-only nats-server verifying client certificates (test CA), the real
+# wisp-token over it, and the clients it must refuse.
+wisp_add_test(security_tls_integration_test
+  SOURCES security_tls_test.cpp
+  DEPS wisp::bus wisp::integration_stack wisp::proto_events
+  LABELS integration)
+if(TARGET security_tls_integration_test AND TARGET wisp-token)
+  add_dependencies(security_tls_integration_test wisp-token)
+endif()
 
 # Faults: a 3-node cluster with an R3 bucket, one node SIGKILLed under steady load.
 wisp_add_test(faults_cluster_integration_test

@@ -38,6 +38,7 @@ schema={
     "jetstream":O({"storageSize":S(minLength=1),"storageClassName":S(),"maxFileStore":S(pattern="^[0-9]+[KMGT]?B?$"),"maxMemoryStore":S(pattern="^[0-9]+[KMGT]?B?$")}),
     "resources":res,
     "auth":O({"enabled":B(),"permissions":O({k:free for k in ["gateway","policy","token","populator","wispctl"]})}),
+    "tls":O({"enabled":B(),"serverSecret":S(),"clientSecret":S(),"verifyClients":B()}),
     "external":O({"urls":S(pattern=r"^((nats|tls)://[^,\s]+)(,(nats|tls)://[^,\s]+)*$|^$"),"existingSecret":S(),"user":S(),"credsKey":S(),"caKey":S()}),
     "podDisruptionBudget":pdb}),
   "gateway":O({

@@ -110,6 +110,11 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(std::string service,
                ? absl::OkStatus()
                : absl::UnavailableError("not connected to NATS");
   });
+  // Ready only between "main has started everything" (WaitForSignal) and the stop signal: the bus
+  // alone connects before the service listens (the gateway's HTTPS port came up after /readyz).
+  process->endpoint_->AddReadinessCheck("started", [serving = process->serving_] {
+    return serving->load() ? absl::OkStatus() : absl::UnavailableError("starting or draining");
+  });
   WISP_RETURN_IF_ERROR(process->endpoint_->Start(settings.metrics_address));
   SPDLOG_LOGGER_INFO(log::Get("runtime"), "{} {} started; metrics on port {}", service,
                      WISP_VERSION, process->endpoint_->port());
@@ -183,6 +188,7 @@ void Process::WaitForSignal(const std::function<void()>& on_hangup) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
   int sig = 0;
+  serving_->store(true);
   while (true) {
     sigwait(&set, &sig);
     if (sig != SIGHUP) break;
@@ -193,6 +199,7 @@ void Process::WaitForSignal(const std::function<void()>& on_hangup) {
       SPDLOG_LOGGER_INFO(log::Get("runtime"), "{}: received SIGHUP, nothing to reload", service_);
     }
   }
+  serving_->store(false);
   SPDLOG_LOGGER_INFO(log::Get("runtime"), "{}: received {}, draining", service_,
                      sig == SIGTERM ? "SIGTERM" : "SIGINT");
 }

@@ -154,7 +154,11 @@ absl::Status WaitForHttp(const std::string& host, int port, const std::string& p
 }
 
 std::string BinaryPath(std::string_view name) {
-  return std::string(WISP_BIN_DIR) + "/" + std::string(name);
+  // WISP_BIN_DIR in the environment wins over the build's own bin dir, so the integration tests of
+  // one build can drive the binaries of another (scripts/sanitize --integration: ASan binaries).
+  const char* env = std::getenv("WISP_BIN_DIR");
+  const std::string dir = env != nullptr && *env != '\0' ? env : WISP_BIN_DIR;
+  return dir + "/" + std::string(name);
 }
 
 // ---- TempDir ----

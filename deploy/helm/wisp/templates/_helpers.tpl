@@ -75,7 +75,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $name := include "wisp.natsName" . -}}
 {{- $urls := list -}}
 {{- range $i := until (int .Values.nats.replicas) -}}
-{{- $urls = append $urls (printf "nats://%s-%d.%s-headless.%s.svc:4222" $name $i $name $.Release.Namespace) -}}
+{{- $urls = append $urls (printf "%s://%s-%d.%s-headless.%s.svc:4222" (ternary "tls" "nats" $.Values.nats.tls.enabled) $name $i $name $.Release.Namespace) -}}
 {{- end -}}
 {{- join "," $urls -}}
 {{- else -}}
@@ -103,15 +103,36 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and (not .ctx.Values.nats.enabled) .ctx.Values.nats.external.caKey }}
 - --nats-ca=/etc/wisp/nats/ca.crt
 {{- end }}
+{{- include "wisp.natsTlsArgs" .ctx }}
 {{- end -}}
 
-{{/* The external NATS creds file / CA, mounted from nats.external.existingSecret. */}}
+{{/* In-chart NATS with TLS (nats.tls.enabled): trust the CA of nats.tls.clientSecret and present
+     its certificate (the server verifies it when nats.tls.verifyClients). */}}
+{{- define "wisp.natsTlsArgs" -}}
+{{- if and .Values.nats.enabled .Values.nats.tls.enabled }}
+- --nats-ca=/etc/wisp/nats-tls/ca.crt
+- --nats-cert=/etc/wisp/nats-tls/tls.crt
+- --nats-key=/etc/wisp/nats-tls/tls.key
+{{- end }}
+{{- end -}}
+
+{{/* The external NATS creds file / CA, mounted from nats.external.existingSecret; or the client
+     certificate for the in-chart NATS with TLS. */}}
 {{- define "wisp.natsFilesWanted" -}}
 {{- if and (not .Values.nats.enabled) (or .Values.nats.external.credsKey .Values.nats.external.caKey) -}}true{{- end -}}
+{{- if and .Values.nats.enabled .Values.nats.tls.enabled -}}true{{- end -}}
 {{- end -}}
 
 {{- define "wisp.natsVolume" -}}
-{{- if include "wisp.natsFilesWanted" . }}
+{{- if and .Values.nats.enabled .Values.nats.tls.enabled }}
+- name: nats-tls
+  secret:
+    secretName: {{ required "nats.tls.clientSecret is required with nats.tls.enabled" .Values.nats.tls.clientSecret }}
+    items:
+      - {key: ca.crt, path: ca.crt}
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+{{- else if include "wisp.natsFilesWanted" . }}
 - name: nats-client
   secret:
     secretName: {{ required "nats.external.existingSecret is required with credsKey/caKey" .Values.nats.external.existingSecret }}
@@ -126,7 +147,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "wisp.natsVolumeMount" -}}
-{{- if include "wisp.natsFilesWanted" . }}
+{{- if and .Values.nats.enabled .Values.nats.tls.enabled }}
+- name: nats-tls
+  mountPath: /etc/wisp/nats-tls
+  readOnly: true
+{{- else if include "wisp.natsFilesWanted" . }}
 - name: nats-client
   mountPath: /etc/wisp/nats
   readOnly: true

@@ -23,6 +23,7 @@
 //   ... build the service from (*process)->bus(), register endpoints ...
 //   (*process)->WaitForSignal();
 //   return (*process)->Shutdown();
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -81,7 +82,9 @@ class Process {
   absl::StatusOr<bus::Service*> RegisterService(std::string description);
 
   // Blocks until SIGTERM or SIGINT. Each SIGHUP meanwhile runs `on_hangup` (a reload) on this
-  // thread, or is logged and ignored when there is none.
+  // thread, or is logged and ignored when there is none. /readyz answers 503 ("started") until
+  // this is called, i.e. until main has started the service (the gateway's HTTPS listener, every
+  // endpoint), and again once the signal has arrived and the process drains.
   void WaitForSignal(const std::function<void()>& on_hangup = nullptr);
   // Drains and stops; returns the process exit code (0 after a clean drain).
   int Shutdown();
@@ -93,6 +96,7 @@ class Process {
   std::unique_ptr<bus::Bus> bus_;
   std::unique_ptr<metrics::Endpoint> endpoint_;
   std::unique_ptr<bus::Service> micro_;
+  std::shared_ptr<std::atomic<bool>> serving_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 // Prints "<service>: <status message>" to stderr and returns the exit code for it: 2 for an

@@ -10,7 +10,8 @@
 //   - NatsServer::Start() returns once the server logs "Server is ready" and accepts TCP; Kill() is
 //     SIGKILL; Restart() starts it again on the same port with the same store (JetStream data
 //     kept).
-//   - BinaryPath("wisp-policy") is the build's bin dir (WISP_BIN_DIR, set by CMake) + name.
+//   - BinaryPath("wisp-policy") is the bin dir + name: $WISP_BIN_DIR when set (scripts/sanitize
+//     --integration points it at the ASan build), else the build's own bin dir.
 //
 // Example:
 //   auto nats = NatsServer::Start().value();
