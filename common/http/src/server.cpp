@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <utility>  // before boost/asio: Boost 1.74 awaitable.hpp uses std::exchange under C++20
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -296,6 +297,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
     body_parser_->body_limit(route.options.max_body_bytes);
     body_limit_ = route.options.max_body_bytes;
     if (auto len = body_parser_->content_length(); len && *len > route.options.max_body_bytes) {
+      linger_ = true;
       return Write(Response::Error(413, "request body of " + std::to_string(*len) +
                                             " bytes is larger than " +
                                             std::to_string(route.options.max_body_bytes)),
@@ -315,12 +317,17 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
           }
           // A body left unread cannot be skipped reliably: answer, then close.
           const bool keep = keep_alive && !self->failed_ && self->body_parser_->is_done();
+          // Unread body bytes at close would make the kernel reset the connection, and the
+          // client could lose the answer: half-close and discard them for a moment instead.
+          const bool linger = !self->failed_ && !self->body_parser_->is_done();
           asio::post(self->stream_.get_executor(),
-                     [self, r = std::move(r), version, keep]() mutable {
+                     [self, r = std::move(r), version, keep, linger]() mutable {
+                       self->linger_ = linger;
                        self->Write(std::move(r), version, keep);
                      });
         });
     if (!started) {
+      linger_ = true;
       Write(Response::Error(503, "too many uploads in progress; retry later"), version, false);
     }
   }
@@ -338,6 +345,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
         bool done = false;
         beast::error_code ec;
         size_t got = 0;
+        size_t filled = 0;  // on the strand only
         std::vector<char> buf;
       };
       auto op = std::make_shared<Op>();
@@ -352,25 +360,33 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
           op->done = true;
           op->cv.notify_all();
         };
-        auto read = [self, op, finish] {
+        // Reads until the buffer is full or the body ends: one hop between threads per Read,
+        // however small the pieces the socket delivers (a TLS record is at most 16 KiB).
+        auto read = std::make_shared<std::function<void()>>();
+        *read = [self, op, finish, weak = std::weak_ptr<std::function<void()>>(read)] {
           auto& body = self->body_parser_->get().body();
-          body.data = op->buf.data();
-          body.size = op->buf.size();
+          body.data = op->buf.data() + op->filled;
+          body.size = op->buf.size() - op->filled;
           beast::get_lowest_layer(self->stream_).expires_after(self->core_->options.read_timeout);
-          bhttp::async_read_some(self->stream_, self->buffer_, *self->body_parser_,
-                                 [self, op, finish](beast::error_code ec, size_t) {
-                                   if (ec == bhttp::error::need_buffer) ec = {};
-                                   finish(ec,
-                                          op->buf.size() - self->body_parser_->get().body().size);
-                                 });
+          // The pending read holds the loop alive (the loop itself holds only a weak reference).
+          bhttp::async_read_some(
+              self->stream_, self->buffer_, *self->body_parser_,
+              [self, op, finish, again = weak.lock()](beast::error_code ec, size_t) {
+                if (ec == bhttp::error::need_buffer) ec = {};
+                op->filled = op->buf.size() - self->body_parser_->get().body().size;
+                if (ec || op->filled == op->buf.size() || self->body_parser_->is_done()) {
+                  return finish(ec, op->filled);
+                }
+                (*again)();
+              });
         };
-        if (!send_continue) return read();
+        if (!send_continue) return (*read)();
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
         beast::get_lowest_layer(self->stream_).expires_after(self->core_->options.read_timeout);
         asio::async_write(self->stream_, asio::buffer(kContinue.data(), kContinue.size()),
                           [read, finish](beast::error_code ec, size_t) {
                             if (ec) return finish(ec, 0);
-                            read();
+                            (*read)();
                           });
       });
       {
@@ -383,6 +399,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
         }
       }
       if (op->ec) {
+        body_read_ += op->got;  // received, then dropped with the failed read
         failed_ = BodyError(op->ec);
         return *failed_;
       }
@@ -438,11 +455,34 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
 
   void Close() {
     beast::error_code ec;
+    if (linger_) {
+      linger_ = false;
+      beast::get_lowest_layer(stream_).socket().shutdown(asio::socket_base::shutdown_send, ec);
+      return Drain(0);
+    }
     if constexpr (kTls) {
       beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ec);
     } else {
       beast::get_lowest_layer(stream_).socket().shutdown(Stream::socket_type::shutdown_both, ec);
     }
+  }
+
+  // Reads and drops what the client still sends (at most 64 MiB, 2 s without data), then closes.
+  void Drain(uint64_t total) {
+    auto scratch = std::make_shared<std::array<char, 16384>>();
+    auto& lowest = beast::get_lowest_layer(stream_);
+    lowest.expires_after(std::chrono::seconds(2));
+    lowest.async_read_some(asio::buffer(*scratch), [self = this->shared_from_this(), scratch,
+                                                    total](beast::error_code ec, size_t n) {
+      if (ec || total + n > (64u << 20)) {
+        beast::error_code ignored;
+        beast::get_lowest_layer(self->stream_)
+            .socket()
+            .shutdown(asio::socket_base::shutdown_both, ignored);
+        return;
+      }
+      self->Drain(total + n);
+    });
   }
 
   std::shared_ptr<void> keep_;
@@ -459,6 +499,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
   std::optional<absl::Status> failed_;
   uint64_t body_read_ = 0;
   uint64_t body_limit_ = 0;
+  bool linger_ = false;
 };
 
 absl::StatusOr<std::shared_ptr<ssl::context>> LoadTls(const ServerOptions& o) {

@@ -284,6 +284,14 @@ TEST_F(StreamTest, RefusesBeforeTheBody) {
   EXPECT_EQ(Plain(server_->port(), "GET", "/v1/upload/v-1").status, 405);
 }
 
+// Tests that a client that sends a whole body without waiting still reads a refusal (the server
+// drains the unread body instead of resetting the connection).
+TEST_F(StreamTest, RefusalReachesAClientStillSending) {
+  auto got = Plain(server_->port(), "PUT", "/v1/upload/v-1", Body(4 << 20));
+  EXPECT_EQ(got.status, 401);
+  EXPECT_EQ(got.body, "{\"error\":\"no token\"}");
+}
+
 // Tests that 100-continue is sent when the handler starts reading, and the upload then completes.
 TEST_F(StreamTest, AnswersExpectContinue) {
   asio::io_context ioc;
