@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "job_runner.hpp"
 #include "test_http_server.hpp"
 #include "volume_service.hpp"
 #include "wisp/bus/proto.hpp"
@@ -44,6 +45,8 @@ class UploadServiceTest : public ::testing::Test {
         bus_, *volumes_, *sources_, metrics_, clock_,
         VolumeServiceConfig{.node_name = "node-a", .volume_root = root_ + "/vols"});
     ASSERT_TRUE(service_->Serve().ok());
+    // Non-upload volumes queue a job.
+    ASSERT_TRUE(bus_.Js().EnsureStream(JobRunner::StreamConfig()).ok());
     uploads_ = std::make_unique<UploadService>(bus_, service_->store(), importer_, metrics_, clock_,
                                                UploadServiceConfig{.node_name = "node-a",
                                                                    .volume_root = root_ + "/vols",
