@@ -9,7 +9,8 @@ int main(int argc, char** argv) {
                       "the door between Kubernetes and wisp: admission webhooks, OIDC, STS, CSI");
   flags.Description(
       "Serves kube-apiserver's AdmissionReview calls on /mutate and /validate, OIDC discovery and "
-      "JWKS for token verifiers, RFC 8693 token exchange on /v1/token, and the CSI Identity, "
+      "JWKS for token verifiers, RFC 8693 token exchange on /v1/token, image uploads on "
+      "/v1/upload/<volume> (streamed to the volume's populator), and the CSI Identity, "
       "Controller and Node services on a unix socket. Each request becomes a NATS request to "
       "wisp-policy, wisp-token or wisp-populator; the gateway itself keeps only node-local state "
       "(token files it rotates, bind mounts).");

@@ -6,6 +6,7 @@
 #include "importer.hpp"
 #include "job_runner.hpp"
 #include "populator_metrics.hpp"
+#include "upload_service.hpp"
 #include "volume_service.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/log/log.hpp"
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
   std::string volume_root = "/var/lib/wisp/volumes", node_name, qemu_img = "qemu-img";
   int64_t workers = 2, max_attempts = 5, checkpoint = 64ll << 20;
   std::chrono::milliseconds checkpoint_gap = 2s, ack_wait = 30s, backoff = 2s, backoff_max = 1min,
-                            http_timeout = 60s;
+                            http_timeout = 60s, upload_idle = 60s;
   auto positive = [](const int64_t& v) {
     return v > 0 ? absl::OkStatus() : absl::InvalidArgumentError("must be > 0");
   };
@@ -42,6 +43,9 @@ int main(int argc, char** argv) {
             "Bytes between resume checkpoints of a raw download.", positive);
   flags.Duration("checkpoint-min-interval", &checkpoint_gap,
                  "Least time between two checkpoints (each is an fdatasync).");
+  flags.Duration("upload-idle-timeout", &upload_idle,
+                 "An upload that sends no data this long is discarded (the volume goes back to "
+                 "UploadReady).");
   flags.ParseOrExit(argc, argv);
   if (node_name.empty()) {
     char host[256] = {};
@@ -78,16 +82,24 @@ int main(int argc, char** argv) {
        .ack_wait = std::chrono::duration_cast<std::chrono::seconds>(ack_wait),
        .heartbeat_interval = std::max(ack_wait / 4, 100ms),
        .http_timeout = http_timeout});
+  populator::UploadService uploads(
+      bus, service.store(), importer, metrics, clock,
+      {.node_name = node_name,
+       .volume_root = volume_root,
+       .idle_timeout = upload_idle,
+       .stale_after = std::max<std::chrono::milliseconds>(2 * upload_idle, 10s)});
   if (auto st = runner.EnsureStream(); !st.ok()) return runtime::Fail(kName, st);
-  auto micro =
-      (*process)->RegisterService("volume population: import, blank, clone; node " + node_name);
+  auto micro = (*process)->RegisterService(
+      "volume population: import, blank, clone, upload; node " + node_name);
   if (!micro.ok()) return runtime::Fail(kName, micro.status());
   if (auto st = service.Serve(*micro); !st.ok()) return runtime::Fail(kName, st);
+  if (auto st = uploads.Serve(*micro); !st.ok()) return runtime::Fail(kName, st);
   if (auto st = runner.StartWorkers(static_cast<int>(workers)); !st.ok())
     return runtime::Fail(kName, st);
   SPDLOG_LOGGER_INFO(log::Get("populator"), "serving volumes of node {} from {} with {} workers",
                      node_name, volume_root, workers);
   (*process)->WaitForSignal();
-  runner.Stop();  // running imports stop and hand their jobs back; raw downloads keep checkpoints
+  uploads.Stop();  // running uploads end; their volumes go back to UploadReady
+  runner.Stop();   // running imports stop and hand their jobs back; raw downloads keep checkpoints
   return (*process)->Shutdown();
 }

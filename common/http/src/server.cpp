@@ -8,9 +8,13 @@
 #include <unistd.h>
 
 #include <utility>  // before boost/asio: Boost 1.74 awaitable.hpp uses std::exchange under C++20
+#include <array>
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
+#include <limits>
 #include <filesystem>
+#include <list>
 #include <mutex>
 #include <thread>
 
@@ -41,16 +45,75 @@ struct Route {
   Handler handler;
 };
 
+struct StreamRoute {
+  std::string method;
+  std::string prefix;
+  StreamHandler handler;
+  StreamOptions options;
+};
+
 // Shared by the server and its sessions; outlives both through shared_ptr.
 struct Core {
   ServerOptions options;
   std::vector<Route> routes;
+  std::vector<StreamRoute> stream_routes;
   std::shared_ptr<spdlog::logger> logger;
   std::atomic<int> sessions{0};
   std::atomic<bool> stopping{false};
 
+  // Threads running streaming handlers; finished ones are joined when the next one starts.
+  struct StreamThread {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex stream_mu;
+  std::list<StreamThread> stream_threads;
+  std::atomic<int> streams_running{0};
+
+  const StreamRoute* FindStream(std::string_view method, std::string_view path) const {
+    for (const auto& r : stream_routes) {
+      if (r.method == method && path.substr(0, r.prefix.size()) == r.prefix) return &r;
+    }
+    return nullptr;
+  }
+
+  // Runs `fn` on a thread of its own; false when `limit` handlers already run.
+  bool StartStreamThread(int limit, std::function<void()> fn) {
+    std::lock_guard lock(stream_mu);
+    for (auto it = stream_threads.begin(); it != stream_threads.end();) {
+      if (*it->done) {
+        it->thread.join();
+        it = stream_threads.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (streams_running >= limit) return false;
+    ++streams_running;
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    stream_threads.push_back({std::thread([this, fn = std::move(fn), done] {
+                                fn();
+                                --streams_running;
+                                *done = true;
+                              }),
+                              done});
+    return true;
+  }
+
+  void JoinStreamThreads() {
+    std::list<StreamThread> all;
+    {
+      std::lock_guard lock(stream_mu);
+      all.swap(stream_threads);
+    }
+    for (auto& t : all) t.thread.join();
+  }
+
   Response Dispatch(const Request& req) const {
     bool path_known = false;
+    for (const auto& r : stream_routes) {
+      if (req.path.rfind(r.prefix, 0) == 0) path_known = true;
+    }
     const Route* best = nullptr;
     for (const auto& r : routes) {
       const bool match = r.prefix ? req.path.rfind(r.path, 0) == 0 : req.path == r.path;
@@ -85,7 +148,7 @@ bhttp::response<bhttp::string_body> ToBeast(Response r, unsigned version, bool k
 }
 
 template <typename Stream>
-class Session : public std::enable_shared_from_this<Session<Stream>> {
+class Session : public std::enable_shared_from_this<Session<Stream>>, public BodyReader {
  public:
   // `keep` holds whatever the stream refers to (the TLS context) for the session's lifetime, so a
   // certificate reload never frees a context a live connection still uses.
@@ -97,7 +160,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         remote_(std::move(remote)) {
     ++core_->sessions;
   }
-  ~Session() { --core_->sessions; }
+  ~Session() override { --core_->sessions; }
 
   void Run() {
     if constexpr (kTls) {
@@ -117,6 +180,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   void Read() {
     if (core_->stopping) return Close();
+    if (!core_->stream_routes.empty()) return ReadHeader();
     parser_.emplace();
     parser_->body_limit(core_->options.max_body_bytes);
     parser_->header_limit(64 * 1024);
@@ -168,6 +232,215 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     Write(core_->Dispatch(req), beast_req.version(), keep_alive);
   }
 
+  // With streaming routes: the headers first, then either the whole body into parser_ (the
+  // synchronous path) or a streaming handler on its own thread.
+  void ReadHeader() {
+    header_parser_.emplace();
+    header_parser_->header_limit(64 * 1024);
+    // Beast checks Content-Length against the limit when the header completes; the route decides
+    // the limit, so the header parser allows anything and OnHeader checks.
+    header_parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    beast::get_lowest_layer(stream_).expires_after(first_ ? core_->options.read_timeout
+                                                          : core_->options.idle_timeout);
+    first_ = false;
+    bhttp::async_read_header(
+        stream_, buffer_, *header_parser_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnRead(ec);  // the same answers as a failed whole read
+    const auto& h = header_parser_->get();
+    const std::string_view target(h.target().data(), h.target().size());
+    const std::string_view path = target.substr(0, target.find('?'));
+    const StreamRoute* route = core_->FindStream(
+        std::string_view(h.method_string().data(), h.method_string().size()), path);
+    if (route == nullptr) {
+      if (auto len = header_parser_->content_length();
+          len && *len > core_->options.max_body_bytes) {
+        return OnRead(bhttp::error::body_limit);
+      }
+      parser_.emplace(std::move(*header_parser_));
+      header_parser_.reset();
+      parser_->body_limit(core_->options.max_body_bytes);  // chunked bodies: counted as they come
+      bhttp::async_read(
+          stream_, buffer_, *parser_,
+          [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+      return;
+    }
+    StartStream(*route);
+  }
+
+  void StartStream(const StreamRoute& route) {
+    const auto& h = header_parser_->get();
+    Request req;
+    req.method = std::string(h.method_string());
+    req.target = std::string(h.target());
+    auto q = req.target.find('?');
+    req.path = req.target.substr(0, q);
+    if (q != std::string::npos) req.query = req.target.substr(q + 1);
+    for (const auto& field : h) {
+      std::string name(field.name_string());
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers[name] = std::string(field.value());
+    }
+    req.remote = remote_;
+    const unsigned version = h.version();
+    const bool keep_alive = h.keep_alive();
+    {
+      std::string expect(req.Header("expect"));
+      for (auto& c : expect) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      expect_continue_ = expect == "100-continue";
+    }
+    body_parser_.emplace(std::move(*header_parser_));
+    header_parser_.reset();
+    body_parser_->body_limit(route.options.max_body_bytes);
+    body_limit_ = route.options.max_body_bytes;
+    if (auto len = body_parser_->content_length(); len && *len > route.options.max_body_bytes) {
+      linger_ = true;
+      return Write(Response::Error(413, "request body of " + std::to_string(*len) +
+                                            " bytes is larger than " +
+                                            std::to_string(route.options.max_body_bytes)),
+                   version, false);
+    }
+    beast::get_lowest_layer(stream_).expires_never();
+    auto self = this->shared_from_this();
+    const bool started = core_->StartStreamThread(
+        route.options.max_concurrent, [self, req = std::move(req), &route, version, keep_alive] {
+          Response r;
+          try {
+            r = route.handler(req, *self);
+          } catch (const std::exception& e) {
+            SPDLOG_LOGGER_ERROR(self->core_->logger, "{} {}: handler threw: {}", req.method,
+                                req.path, e.what());
+            r = Response::Error(500, "internal error");
+          }
+          // A body left unread cannot be skipped reliably: answer, then close.
+          const bool keep = keep_alive && !self->failed_ && self->body_parser_->is_done();
+          // Unread body bytes at close would make the kernel reset the connection, and the
+          // client could lose the answer: half-close and discard them for a moment instead.
+          const bool linger = !self->failed_ && !self->body_parser_->is_done();
+          asio::post(self->stream_.get_executor(),
+                     [self, r = std::move(r), version, keep, linger]() mutable {
+                       self->linger_ = linger;
+                       self->Write(std::move(r), version, keep);
+                     });
+        });
+    if (!started) {
+      linger_ = true;
+      Write(Response::Error(503, "too many uploads in progress; retry later"), version, false);
+    }
+  }
+
+ public:
+  // BodyReader, called from the streaming handler's thread. Each read runs on the connection's
+  // strand into a buffer the read owns, so a read abandoned at shutdown writes into nothing freed.
+  absl::StatusOr<size_t> Read(char* out, size_t n) override {
+    if (failed_) return *failed_;
+    if (n == 0) return size_t{0};
+    while (!body_parser_->is_done()) {
+      struct Op {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool done = false;
+        beast::error_code ec;
+        size_t got = 0;
+        size_t filled = 0;  // on the strand only
+        std::vector<char> buf;
+      };
+      auto op = std::make_shared<Op>();
+      op->buf.resize(n);
+      auto self = this->shared_from_this();
+      const bool send_continue = std::exchange(expect_continue_, false);
+      asio::post(stream_.get_executor(), [self, op, send_continue] {
+        auto finish = [op](beast::error_code ec, size_t got) {
+          std::lock_guard lock(op->mu);
+          op->ec = ec;
+          op->got = got;
+          op->done = true;
+          op->cv.notify_all();
+        };
+        // Reads until the buffer is full or the body ends: one hop between threads per Read,
+        // however small the pieces the socket delivers (a TLS record is at most 16 KiB).
+        auto read = std::make_shared<std::function<void()>>();
+        *read = [self, op, finish, weak = std::weak_ptr<std::function<void()>>(read)] {
+          auto& body = self->body_parser_->get().body();
+          body.data = op->buf.data() + op->filled;
+          body.size = op->buf.size() - op->filled;
+          beast::get_lowest_layer(self->stream_).expires_after(self->core_->options.read_timeout);
+          // The pending read holds the loop alive (the loop itself holds only a weak reference).
+          bhttp::async_read_some(
+              self->stream_, self->buffer_, *self->body_parser_,
+              [self, op, finish, again = weak.lock()](beast::error_code ec, size_t) {
+                if (ec == bhttp::error::need_buffer) ec = {};
+                op->filled = op->buf.size() - self->body_parser_->get().body().size;
+                if (ec || op->filled == op->buf.size() || self->body_parser_->is_done()) {
+                  return finish(ec, op->filled);
+                }
+                (*again)();
+              });
+        };
+        if (!send_continue) return (*read)();
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        beast::get_lowest_layer(self->stream_).expires_after(self->core_->options.read_timeout);
+        asio::async_write(self->stream_, asio::buffer(kContinue.data(), kContinue.size()),
+                          [read, finish](beast::error_code ec, size_t) {
+                            if (ec) return finish(ec, 0);
+                            (*read)();
+                          });
+      });
+      {
+        std::unique_lock lock(op->mu);
+        while (!op->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return op->done; })) {
+          if (core_->stopping) {
+            failed_ = absl::CancelledError("the server is stopping");
+            return *failed_;
+          }
+        }
+      }
+      if (op->ec) {
+        body_read_ += op->got;  // received, then dropped with the failed read
+        failed_ = BodyError(op->ec);
+        return *failed_;
+      }
+      if (op->got > 0) {
+        std::memcpy(out, op->buf.data(), op->got);
+        body_read_ += op->got;
+        return op->got;
+      }
+    }
+    return size_t{0};
+  }
+  std::optional<uint64_t> content_length() const override {
+    if (!body_parser_) return std::nullopt;
+    auto len = body_parser_->content_length();
+    return len ? std::optional<uint64_t>(*len) : std::nullopt;
+  }
+  uint64_t bytes_read() const override { return body_read_; }
+
+ private:
+  absl::Status BodyError(beast::error_code ec) const {
+    const std::string after = " after " + std::to_string(body_read_) + " bytes of the body";
+    if (ec == bhttp::error::body_limit) {
+      return absl::OutOfRangeError("request body larger than " + std::to_string(body_limit_) +
+                                   " bytes");
+    }
+    if (ec == beast::error::timeout) {
+      return absl::DeadlineExceededError("the client sent no data for " +
+                                         std::to_string(core_->options.read_timeout.count()) + "s" +
+                                         after);
+    }
+    if (ec == bhttp::error::partial_message || ec == bhttp::error::end_of_stream ||
+        ec == asio::error::eof || ec == asio::error::connection_reset ||
+        ec == asio::error::operation_aborted || ec == asio::ssl::error::stream_truncated) {
+      return absl::UnavailableError("the client closed the connection" + after);
+    }
+    if (ec.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category()) {
+      return absl::InvalidArgumentError("malformed request body: " + ec.message() + after);
+    }
+    return absl::UnavailableError("reading the request body: " + ec.message() + after);
+  }
+
   void Write(Response r, unsigned version, bool keep_alive) {
     auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
         ToBeast(std::move(r), version, keep_alive));
@@ -182,11 +455,34 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   void Close() {
     beast::error_code ec;
+    if (linger_) {
+      linger_ = false;
+      beast::get_lowest_layer(stream_).socket().shutdown(asio::socket_base::shutdown_send, ec);
+      return Drain(0);
+    }
     if constexpr (kTls) {
       beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ec);
     } else {
       beast::get_lowest_layer(stream_).socket().shutdown(Stream::socket_type::shutdown_both, ec);
     }
+  }
+
+  // Reads and drops what the client still sends (at most 64 MiB, 2 s without data), then closes.
+  void Drain(uint64_t total) {
+    auto scratch = std::make_shared<std::array<char, 16384>>();
+    auto& lowest = beast::get_lowest_layer(stream_);
+    lowest.expires_after(std::chrono::seconds(2));
+    lowest.async_read_some(asio::buffer(*scratch), [self = this->shared_from_this(), scratch,
+                                                    total](beast::error_code ec, size_t n) {
+      if (ec || total + n > (64u << 20)) {
+        beast::error_code ignored;
+        beast::get_lowest_layer(self->stream_)
+            .socket()
+            .shutdown(asio::socket_base::shutdown_both, ignored);
+        return;
+      }
+      self->Drain(total + n);
+    });
   }
 
   std::shared_ptr<void> keep_;
@@ -196,6 +492,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bool first_ = true;
+  // Streaming routes only.
+  std::optional<bhttp::request_parser<bhttp::empty_body>> header_parser_;
+  std::optional<bhttp::request_parser<bhttp::buffer_body>> body_parser_;
+  bool expect_continue_ = false;
+  std::optional<absl::Status> failed_;
+  uint64_t body_read_ = 0;
+  uint64_t body_limit_ = 0;
+  bool linger_ = false;
 };
 
 absl::StatusOr<std::shared_ptr<ssl::context>> LoadTls(const ServerOptions& o) {
@@ -235,6 +539,11 @@ class BeastServer final : public Server {
   }
   void HandlePrefix(std::string method, std::string prefix, Handler handler) override {
     core_->routes.push_back({std::move(method), std::move(prefix), true, std::move(handler)});
+  }
+  void HandleStream(std::string method, std::string prefix, StreamHandler handler,
+                    StreamOptions options) override {
+    core_->stream_routes.push_back(
+        {std::move(method), std::move(prefix), std::move(handler), options});
   }
 
   absl::Status Start() override {
@@ -303,6 +612,8 @@ class BeastServer final : public Server {
     ioc_.stop();
     for (auto& t : threads_) t.join();
     threads_.clear();
+    // Streaming handlers see Cancelled from their next body read and return.
+    core_->JoinStreamThreads();
     if (!core_->options.unix_socket.empty()) ::unlink(core_->options.unix_socket.c_str());
   }
 

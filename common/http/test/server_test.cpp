@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <thread>
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -160,6 +162,188 @@ TEST_F(ServerTest, ServesTlsAndReloadsCertificate) {
 }
 
 // Tests that listen addresses parse, and bad ones are refused naming the setting.
+
+class StreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = Server::Create(
+        {.address = "127.0.0.1", .port = 0, .read_timeout = std::chrono::seconds(2)});
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    server_->Handle("POST", "/echo", [](const Request& r) {
+      return Response::Json(200, "{\"len\":" + std::to_string(r.body.size()) + "}");
+    });
+    server_->HandleStream(
+        "PUT", "/v1/upload/",
+        [this](const Request& r, BodyReader& body) {
+          if (r.Header("authorization") != "Bearer good") return Response::Error(401, "no token");
+          uint64_t total = 0, sum = 0;
+          std::vector<char> buf(64 * 1024);
+          for (;;) {
+            auto got = body.Read(buf.data(), buf.size());
+            if (!got.ok()) {
+              std::lock_guard lock(mu_);
+              last_error_ = got.status();
+              return Response::Error(400, std::string(got.status().message()));
+            }
+            if (*got == 0) break;
+            for (size_t i = 0; i < *got; ++i) sum += static_cast<unsigned char>(buf[i]);
+            total += *got;
+          }
+          return Response::Json(
+              200, "{\"len\":" + std::to_string(total) + ",\"sum\":" + std::to_string(sum) +
+                       ",\"cl\":" + std::to_string(body.content_length().value_or(0)) + "}");
+        },
+        {.max_body_bytes = 8 << 20, .max_concurrent = 2});
+    ASSERT_TRUE(server_->Start().ok());
+  }
+  void TearDown() override { server_->Stop(); }
+  std::optional<absl::Status> LastError() {
+    std::lock_guard lock(mu_);
+    return last_error_;
+  }
+
+  ServerPtr server_;
+  std::mutex mu_;
+  std::optional<absl::Status> last_error_;
+};
+
+std::string Body(size_t n) {
+  std::string body(n, '\0');
+  for (size_t i = 0; i < n; ++i) body[i] = static_cast<char>(i * 7 + 3);
+  return body;
+}
+
+uint64_t Sum(const std::string& s) {
+  uint64_t sum = 0;
+  for (unsigned char c : s) sum += c;
+  return sum;
+}
+
+// Tests that a streaming handler pulls a multi-MiB body, with Content-Length and chunked, and
+// that the connection serves the next (synchronous) request after it.
+TEST_F(StreamTest, StreamsBodyToHandler) {
+  const std::string body = Body(5 << 20);
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+  bhttp::request<bhttp::string_body> req{bhttp::verb::put, "/v1/upload/v-1", 11};
+  req.set(bhttp::field::authorization, "Bearer good");
+  req.body() = body;
+  req.prepare_payload();
+  beast::error_code wec;
+  bhttp::write(stream, req, wec);
+  ASSERT_FALSE(wec) << wec.message() << " " << (LastError() ? LastError()->ToString() : "");
+  beast::flat_buffer buf;
+  bhttp::response<bhttp::string_body> res;
+  bhttp::read(stream, buf, res);
+  EXPECT_EQ(res.result_int(), 200u);
+  EXPECT_EQ(res.body(), "{\"len\":" + std::to_string(body.size()) +
+                            ",\"sum\":" + std::to_string(Sum(body)) +
+                            ",\"cl\":" + std::to_string(body.size()) + "}");
+  // Chunked, on the same connection.
+  bhttp::request<bhttp::string_body> chunked{bhttp::verb::put, "/v1/upload/v-1", 11};
+  chunked.set(bhttp::field::authorization, "Bearer good");
+  chunked.body() = body.substr(0, 300000);
+  chunked.chunked(true);
+  bhttp::write(stream, chunked);
+  bhttp::response<bhttp::string_body> res2;
+  bhttp::read(stream, buf, res2);
+  EXPECT_EQ(res2.result_int(), 200u);
+  EXPECT_EQ(res2.body(), "{\"len\":300000,\"sum\":" + std::to_string(Sum(body.substr(0, 300000))) +
+                             ",\"cl\":0}");
+  EXPECT_EQ(Exchange(stream, "POST", "/echo", "abc").body, "{\"len\":3}");
+}
+
+// Tests that a handler refusing before reading answers a client that waits for 100-continue
+// without the client sending the body, that a Content-Length over the limit is 413, and that the
+// other method on a streaming path is 405.
+TEST_F(StreamTest, RefusesBeforeTheBody) {
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+  bhttp::request<bhttp::empty_body> req{bhttp::verb::put, "/v1/upload/v-1", 11};
+  req.set(bhttp::field::expect, "100-continue");
+  req.content_length(1 << 20);
+  bhttp::write(stream, req);  // headers only
+  beast::flat_buffer buf;
+  bhttp::response<bhttp::string_body> res;
+  bhttp::read(stream, buf, res);
+  EXPECT_EQ(res.result_int(), 401u);
+  EXPECT_EQ(res.body(), "{\"error\":\"no token\"}");
+
+  beast::tcp_stream big(ioc);
+  big.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+  bhttp::request<bhttp::empty_body> too_big{bhttp::verb::put, "/v1/upload/v-1", 11};
+  too_big.set(bhttp::field::authorization, "Bearer good");
+  too_big.content_length(9 << 20);
+  bhttp::write(big, too_big);
+  bhttp::response<bhttp::string_body> res413;
+  bhttp::read(big, buf, res413);
+  EXPECT_EQ(res413.result_int(), 413u);
+  EXPECT_EQ(Plain(server_->port(), "GET", "/v1/upload/v-1").status, 405);
+}
+
+// Tests that a client that sends a whole body without waiting still reads a refusal (the server
+// drains the unread body instead of resetting the connection).
+TEST_F(StreamTest, RefusalReachesAClientStillSending) {
+  auto got = Plain(server_->port(), "PUT", "/v1/upload/v-1", Body(4 << 20));
+  EXPECT_EQ(got.status, 401);
+  EXPECT_EQ(got.body, "{\"error\":\"no token\"}");
+}
+
+// Tests that 100-continue is sent when the handler starts reading, and the upload then completes.
+TEST_F(StreamTest, AnswersExpectContinue) {
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+  bhttp::request<bhttp::empty_body> req{bhttp::verb::put, "/v1/upload/v-1", 11};
+  req.set(bhttp::field::expect, "100-continue");
+  req.set(bhttp::field::authorization, "Bearer good");
+  req.content_length(4);
+  bhttp::write(stream, req);
+  beast::flat_buffer buf;
+  bhttp::response_parser<bhttp::empty_body> cont;
+  bhttp::read_header(stream, buf, cont);
+  EXPECT_EQ(cont.get().result_int(), 100u);
+  asio::write(stream, asio::buffer(std::string("abcd")));
+  bhttp::response<bhttp::string_body> res;
+  bhttp::read(stream, buf, res);
+  EXPECT_EQ(res.result_int(), 200u);
+  EXPECT_EQ(res.body(), "{\"len\":4,\"sum\":394,\"cl\":4}");
+}
+
+// Tests that a client that goes away mid-body makes the handler's Read fail with Unavailable, and a
+// client that stalls makes it fail with DeadlineExceeded; neither hangs the handler.
+TEST_F(StreamTest, ReportsDisconnectAndStall) {
+  for (bool stall : {false, true}) {
+    SCOPED_TRACE(stall ? "stall" : "disconnect");
+    {
+      std::lock_guard lock(mu_);
+      last_error_.reset();
+    }
+    asio::io_context ioc;
+    beast::tcp_stream stream(ioc);
+    stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+    bhttp::request<bhttp::empty_body> req{bhttp::verb::put, "/v1/upload/v-1", 11};
+    req.set(bhttp::field::authorization, "Bearer good");
+    req.content_length(1 << 20);
+    bhttp::write(stream, req);
+    asio::write(stream, asio::buffer(Body(100000)));
+    if (!stall) stream.close();
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!LastError() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    auto err = LastError();
+    ASSERT_TRUE(err.has_value());
+    EXPECT_EQ(err->code(),
+              stall ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable)
+        << *err;
+    EXPECT_NE(err->message().find("after 100000 bytes"), std::string::npos) << *err;
+  }
+}
+
 TEST(ParseHostPortTest, ParsesAndNamesTheField) {
   auto a = ParseHostPort("metrics-address", "127.0.0.1:9090");
   ASSERT_TRUE(a.ok());

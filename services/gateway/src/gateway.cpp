@@ -7,6 +7,7 @@
 #include "admission/admission_handler.hpp"
 #include "csi/csi_server.hpp"
 #include "oidc/oidc_routes.hpp"
+#include "upload/upload_handler.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/fsutil/mounter.hpp"
 #include "wisp/log/log.hpp"
@@ -20,6 +21,8 @@ struct Gateway::Parts {
   std::unique_ptr<oidc::OidcRoutes> oidc;
   fsutil::SystemMounter mounter;
   std::unique_ptr<csi::CsiServer> csi;
+  std::unique_ptr<upload::KeyCacheVerifier> upload_verifier;
+  std::unique_ptr<upload::UploadHandler> upload;
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
@@ -57,6 +60,21 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
   flags.String("target-root", &s.target_root,
                "CSI target and staging paths must be under this directory (kubelet's root).");
   flags.String("staging-root", &s.staging_root, "Staging paths root; empty = --target-root.");
+  flags.Int("upload-max-bytes", &s.upload_max_bytes,
+            "Largest body PUT /v1/upload/<volume> accepts (each upload is also held to its "
+            "volume's capacity). Bodies are streamed, never held in memory.",
+            [](int64_t n) {
+              return n > 0 ? absl::OkStatus() : absl::InvalidArgumentError("must be > 0");
+            });
+  flags.Int("upload-max-concurrent", &s.upload_max_concurrent,
+            "Uploads this gateway streams at once (each on its own thread); 503 beyond.",
+            [](int64_t n) {
+              return n >= 1 && n <= 256 ? absl::OkStatus()
+                                        : absl::InvalidArgumentError("must be between 1 and 256");
+            });
+  flags.Duration("upload-finish-timeout", &s.upload_finish_timeout,
+                 "How long the answer to an upload waits, after the last byte, for the populator "
+                 "to convert and verify the image.");
   flags.String("default-node", &s.default_node,
                "Controller role: the node a CreateVolume without accessibility requirements goes "
                "to; empty = --node-name (right for the local stack, not for a controller "
@@ -133,6 +151,16 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
     // Discovery and JWKS follow the key set from a local cache; STS goes to wisp-token.
     WISP_ASSIGN_OR_RETURN(gw->parts_->oidc,
                           oidc::RegisterOidcRoutes(*gw->https_, process.bus(), process.registry()));
+    // Uploads check their token against the same cached key set.
+    gw->parts_->upload_verifier = std::make_unique<upload::KeyCacheVerifier>(
+        gw->parts_->oidc->key_cache(), SystemClock::Instance(), std::chrono::seconds(60));
+    gw->parts_->upload = std::make_unique<upload::UploadHandler>(
+        process.bus(), *gw->parts_->upload_verifier, process.registry(), SystemClock::Instance(),
+        upload::UploadOptions{.finish_timeout = settings.upload_finish_timeout});
+    upload::RegisterUploadRoute(
+        *gw->https_, *gw->parts_->upload,
+        {.max_body_bytes = static_cast<uint64_t>(settings.upload_max_bytes),
+         .max_concurrent = static_cast<int>(settings.upload_max_concurrent)});
   }
 
   if (!settings.csi_endpoint.empty()) {

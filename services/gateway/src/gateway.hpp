@@ -32,6 +32,10 @@ struct GatewaySettings {
   std::string target_root = "/var/lib/kubelet";
   std::string staging_root;
   std::string default_node;
+  // Uploads (PUT /v1/upload/<volume>)
+  int64_t upload_max_bytes = 1ll << 40;
+  int64_t upload_max_concurrent = 8;
+  std::chrono::milliseconds upload_finish_timeout = std::chrono::minutes(10);
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& settings);

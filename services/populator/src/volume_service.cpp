@@ -280,7 +280,10 @@ absl::StatusOr<v1::VolumeStatus> VolumeService::Create(const v1::CreateVolumeReq
   fresh.set_progress(kProgressUnknown);
   fresh.set_path(config_.volume_root + "/" + id);
   if (spec.source().has_upload()) {
-    fresh.set_message("waiting for an upload to PUT /v1/upload/" + id);
+    // Nothing to queue: the bytes arrive through the gateway (UploadService).
+    fresh.set_phase(v1::UPLOAD_READY);
+    fresh.set_message("waiting for an upload: wispctl volume upload " + spec.name() +
+                      " FILE, or PUT /v1/upload/" + id + " on the gateway");
   }
   auto stored = store_.Create(Sanitized(fresh));
   absl::Status created = stored.status();

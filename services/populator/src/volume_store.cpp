@@ -16,7 +16,9 @@ std::string VolumeIdForName(std::string_view name) {
 }
 
 bool IsTerminal(v1::VolumePhase phase) {
-  return phase == v1::SUCCEEDED || phase == v1::FAILED || phase == v1::PENDING_POPULATION;
+  // UPLOAD_READY: nothing more happens until a client uploads, so a waiting create answers.
+  return phase == v1::SUCCEEDED || phase == v1::FAILED || phase == v1::PENDING_POPULATION ||
+         phase == v1::UPLOAD_READY;
 }
 
 v1::VolumeStatus Sanitized(v1::VolumeStatus status) {

@@ -22,6 +22,7 @@
 namespace wisp::populator {
 
 std::string VolumeIdForName(std::string_view name);
+// SUCCEEDED, FAILED, PENDING_POPULATION and UPLOAD_READY: no job will change the phase.
 bool IsTerminal(v1::VolumePhase phase);
 // The status with secrets removed (HTTP header values), for replies, events and KV.
 v1::VolumeStatus Sanitized(v1::VolumeStatus status);

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "upload_issuer.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/log/log.hpp"
@@ -68,6 +69,7 @@ absl::Status TokenService::Start() {
       add("exchange", bus::subjects::kTokenExchange, &TokenService::HandleExchange));
   WISP_RETURN_IF_ERROR(add("review", bus::subjects::kTokenReview, &TokenService::HandleReview));
   WISP_RETURN_IF_ERROR(add("keys", bus::subjects::kTokenKeys, &TokenService::HandleKeys));
+  WISP_RETURN_IF_ERROR(add("upload", bus::subjects::kTokenUpload, &TokenService::HandleUpload));
   PublishKeys(*keys_.Current());
   rotation_ = std::thread([this] { RotationLoop(); });
   return absl::OkStatus();
@@ -110,6 +112,16 @@ bus::Reply TokenService::HandleIssue(const bus::Request& request) const {
   if (!req.ok()) return bus::Reply::Error(req.status());
   auto resp = issuer_.Issue(*req);
   if (!resp.ok()) return bus::Reply::Error(resp.status());
+  return bus::ProtoReply(*resp);
+}
+
+bus::Reply TokenService::HandleUpload(const bus::Request& request) const {
+  auto req = bus::ParseBody<v1::UploadTokenRequest>(request);
+  if (!req.ok()) return bus::Reply::Error(req.status());
+  auto resp = IssueUploadToken(issuer_, *req);
+  if (!resp.ok()) return bus::Reply::Error(resp.status());
+  SPDLOG_LOGGER_INFO(Logger(), "upload token for volume {} (expires {})", req->volume_id(),
+                     resp->expiration_unix());
   return bus::ProtoReply(*resp);
 }
 

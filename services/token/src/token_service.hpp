@@ -2,7 +2,8 @@
 // TokenService: wisp-token's bus endpoints over Issuer, Reviewer, Exchanger and KeyManager.
 //
 // Contract:
-//   - Registers endpoints issue, exchange, keys, review (wisp.v1.token.*, queue group wisp-token)
+//   - Registers endpoints issue, exchange, keys, review, upload (wisp.v1.token.*, queue group
+//   wisp-token)
 //     on a bus::Service (NATS micro discovery, per-endpoint metrics). Parallel signing comes from
 //     the bus: NatsBusOptions::serve_threads worker threads per endpoint, so one instance signs on
 //     several cores.
@@ -58,6 +59,8 @@ class TokenService {
   bus::Reply HandleReview(const bus::Request& request) const;
   bus::Reply HandleExchange(const bus::Request& request) const;
   bus::Reply HandleKeys(const bus::Request& request) const;
+  // wisp.v1.token.upload: an upload token for one volume (upload_issuer.hpp).
+  bus::Reply HandleUpload(const bus::Request& request) const;
 
  private:
   void PublishKeys(const KeySnapshot& snap);

@@ -4,6 +4,7 @@
 
 #include "test_env.hpp"
 #include "wisp/bus/proto.hpp"
+#include "wisp/jwt/upload.hpp"
 
 namespace wisp::token {
 namespace {
@@ -57,6 +58,37 @@ TEST_F(TokenServiceTest, IssuesAndReviewsOverTheBus) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   auto garbage = env_.bus.Request(bus::subjects::kTokenIssue, "\xff\xff", seconds(2));
   EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Tests that an upload token names its volume, verifies for audience wisp-upload only, and that
+// bad requests are refused naming the field.
+TEST_F(TokenServiceTest, IssuesUploadTokens) {
+  v1::UploadTokenRequest req;
+  req.set_volume_id("v-0123456789abcdef01234567");
+  req.set_name("disk");
+  auto issued =
+      bus::Call<v1::UploadTokenResponse>(env_.bus, bus::subjects::kTokenUpload, req, seconds(2));
+  ASSERT_TRUE(issued.ok()) << issued.status();
+  auto verified = env_.reviewer->Verify(issued->token(), {jwt::kUploadAudience});
+  ASSERT_TRUE(verified.ok()) << verified.status();
+  auto grant = jwt::UploadGrantFromClaims(verified->claims);
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_EQ(grant->volume_id, req.volume_id());
+  EXPECT_EQ(verified->claims["exp"].get<int64_t>() - verified->claims["iat"].get<int64_t>(), 300);
+  EXPECT_FALSE(env_.reviewer->Verify(issued->token(), {"vault"}).ok());
+  for (auto [id, exp, field] :
+       {std::tuple{"", 0, "volume_id"}, std::tuple{"v-../x", 0, "volume_id"},
+        std::tuple{"v-1", 10, "expiration_seconds"},
+        std::tuple{"v-1", 7200, "expiration_seconds"}}) {
+    SCOPED_TRACE(field);
+    v1::UploadTokenRequest bad;
+    bad.set_volume_id(id);
+    bad.set_expiration_seconds(exp);
+    auto refused =
+        bus::Call<v1::UploadTokenResponse>(env_.bus, bus::subjects::kTokenUpload, bad, seconds(2));
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(field), std::string::npos) << refused.status();
+  }
 }
 
 // Tests the keys endpoint's JWKS and discovery document shapes.

@@ -14,6 +14,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "cli.hpp"
+#include "upload.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 
@@ -23,12 +24,13 @@ namespace {
 namespace subjects = bus::subjects;
 
 constexpr const char* kVolumeUsage = R"(NAME
-    wispctl volume - create, get, list, watch and delete populated volumes
+    wispctl volume - create, get, list, watch, upload and delete populated volumes
 
 SYNOPSIS
     wispctl volume create NAME --capacity SIZE [--url URL [--format raw|qcow2] [--sha256 HEX]
                                 [--ca-file FILE] [--headers-file FILE]] [--clone VOLUME]
-                                [--namespace NS] [--node NODE] [--watch]
+                                [--upload] [--namespace NS] [--node NODE] [--watch]
+    wispctl volume upload NAME|ID FILE [--gateway-url URL] [--ca-file FILE] [--sha256 HEX]
     wispctl volume get NAME|ID [--json]
     wispctl volume list [--json]
     wispctl volume watch NAME|ID
@@ -52,8 +54,10 @@ bool IsVolumeId(const std::string& s) {
                      [](char c) { return std::isxdigit(c) && !std::isupper(c); });
 }
 
-absl::StatusOr<v1::VolumeStatus> GetVolume(bus::Bus& bus, const std::string& ref,
-                                           std::chrono::milliseconds timeout) {
+}  // namespace
+
+absl::StatusOr<v1::VolumeStatus> GetVolumeByRef(bus::Bus& bus, const std::string& ref,
+                                                std::chrono::milliseconds timeout) {
   v1::GetVolumeRequest req;
   if (IsVolumeId(ref)) {
     req.set_volume_id(ref);
@@ -65,8 +69,16 @@ absl::StatusOr<v1::VolumeStatus> GetVolume(bus::Bus& bus, const std::string& ref
   return resp.volume();
 }
 
+namespace {
+
+absl::StatusOr<v1::VolumeStatus> GetVolume(bus::Bus& bus, const std::string& ref,
+                                           std::chrono::milliseconds timeout) {
+  return GetVolumeByRef(bus, ref, timeout);
+}
+
 bool Terminal(v1::VolumePhase p) {
-  return p == v1::SUCCEEDED || p == v1::FAILED || p == v1::PENDING_POPULATION;
+  return p == v1::SUCCEEDED || p == v1::FAILED || p == v1::PENDING_POPULATION ||
+         p == v1::UPLOAD_READY;
 }
 
 std::optional<double> RatioOf(const std::string& progress) {
@@ -154,12 +166,13 @@ int Watch(bus::Bus& bus, const std::string& ref, std::chrono::milliseconds timeo
 int RunCreate(const std::vector<std::string>& args) {
   Connection connection;
   std::string capacity, url, format, sha256, ca_file, headers_file, clone, ns, node;
-  bool watch = false, json = false;
+  bool watch = false, json = false, upload = false;
   config::Flags flags("wispctl volume create", "create a volume and start populating it");
   flags.Description(
       "Creates the volume NAME (idempotent: the same name and settings answer the existing "
       "volume) and queues its population job: an HTTP(S) image (--url; raw or qcow2, optionally "
-      "gz/xz/zst, detected by content), a clone of another volume (--clone), or blank.");
+      "gz/xz/zst, detected by content), a clone of another volume (--clone), an upload (--upload: "
+      "the volume waits in UploadReady for `wispctl volume upload NAME FILE`), or blank.");
   AddConnectionFlags(flags, connection);
   flags.String("capacity", &capacity, "Volume size: bytes or a quantity such as 10Gi. Required.");
   flags.String("url", &url, "http:// or https:// image to import.");
@@ -169,6 +182,7 @@ int RunCreate(const std::vector<std::string>& args) {
   flags.String("headers-file", &headers_file,
                "File of 'Name: value' request headers (kept out of argv).");
   flags.String("clone", &clone, "Name or id of a volume (same namespace) to copy.");
+  flags.Bool("upload", &upload, "Filled by an upload (wispctl volume upload) instead.");
   flags.String("namespace", &ns, "Namespace the volume belongs to (clones stay inside it).");
   flags.String("node", &node, "Node that holds the bytes (default: the answering populator's).");
   flags.Bool("watch", &watch, "Follow the population until it ends.");
@@ -189,8 +203,9 @@ int RunCreate(const std::vector<std::string>& args) {
   spec->set_node(node);
   spec->set_pvc_namespace(ns);
   auto* source = spec->mutable_source();
-  if (!url.empty() && !clone.empty()) {
-    return Fail("create", absl::InvalidArgumentError("--url and --clone are exclusive"));
+  if (static_cast<int>(!url.empty()) + static_cast<int>(!clone.empty()) + static_cast<int>(upload) >
+      1) {
+    return Fail("create", absl::InvalidArgumentError("--url, --clone and --upload are exclusive"));
   }
   if (!url.empty()) {
     source->mutable_http()->set_url(url);
@@ -216,6 +231,8 @@ int RunCreate(const std::vector<std::string>& args) {
       source->mutable_clone()->set_name(clone);
     }
     source->mutable_clone()->set_namespace_(ns);
+  } else if (upload) {
+    source->mutable_upload();
   } else {
     source->mutable_blank();
   }
@@ -355,6 +372,10 @@ std::string PhaseName(v1::VolumePhase phase) {
       return "PendingPopulation";
     case v1::DELETING:
       return "Deleting";
+    case v1::UPLOAD_READY:
+      return "UploadReady";
+    case v1::UPLOAD_IN_PROGRESS:
+      return "UploadInProgress";
     default:
       return "Unknown";
   }
@@ -439,10 +460,11 @@ int RunVolume(const std::vector<std::string>& args) {
   const std::string sub = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (sub == "create") return RunCreate(rest);
+  if (sub == "upload") return RunUpload(rest);
   if (sub == "get" || sub == "list" || sub == "watch" || sub == "delete")
     return RunSimple(sub, rest);
   std::cerr << "wispctl volume: unknown subcommand \"" << sub
-            << "\" (create, get, list, watch, delete)\n";
+            << "\" (create, get, list, watch, upload, delete)\n";
   return 2;
 }
 

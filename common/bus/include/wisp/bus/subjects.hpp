@@ -19,6 +19,8 @@ inline constexpr std::string_view kTokenExchange =
 inline constexpr std::string_view kTokenKeys = "wisp.v1.token.keys";  // KeysRequest -> KeysResponse
 inline constexpr std::string_view kTokenReview =
     "wisp.v1.token.review";  // ReviewRequest -> ReviewResponse
+inline constexpr std::string_view kTokenUpload =
+    "wisp.v1.token.upload";  // UploadTokenRequest -> UploadTokenResponse
 // Published by wisp-token whenever the key set changes (body: KeysResponse).
 inline constexpr std::string_view kTokenKeysChanged = "wisp.v1.events.token.keys";
 // wisp-populator
@@ -46,6 +48,12 @@ inline std::string PopulateJobs(std::string_view node) {
 }
 inline std::string Node(std::string_view node, std::string_view verb) {
   return std::string(kNodePrefix) + "." + std::string(node) + "." + std::string(verb);
+}
+// Uploads: the gateway opens a session on Node(node, kNodeUploadOpen) (queue group: any populator
+// instance of the node) and sends the chunks to the answering instance's UploadChunks subject.
+inline constexpr std::string_view kNodeUploadOpen = "upload.open";
+inline std::string UploadChunks(std::string_view node, std::string_view instance) {
+  return Node(node, "upload.i-" + std::string(instance));
 }
 }  // namespace subjects
 

@@ -10,6 +10,15 @@
 //     (checked at most every cert_reload_interval), so rotated certificates need no restart.
 //   - unix_socket set: serve plain HTTP on that path (stale socket removed, mode socket_mode).
 //   - An unknown path is 404, a known path with another method 405, both with a JSON error body.
+//   - Streaming routes (HandleStream, for uploads of GiB): the handler gets the request line and
+//     headers, and pulls the body itself through a BodyReader, so nothing buffers the whole body.
+//     It runs on a thread of its own (at most StreamOptions::max_concurrent at once, 503 beyond),
+//     not on a worker thread, so a slow upload never holds a worker. Each body read waits at most
+//     read_timeout. A handler that answers before reading the whole body (a 401) closes the
+//     connection after the answer. "Expect: 100-continue" is answered when the handler first
+//     reads, so a client that waits for it sends nothing that would be refused.
+//     When any streaming route is registered, every request's headers are read before its body
+//     (one more read step per request); without one the synchronous path is unchanged.
 //
 // Example:
 //   auto server = http::Server::Create({.port = 8443, .cert_file = c, .key_file = k});
@@ -58,6 +67,27 @@ struct Response {
 
 using Handler = std::function<Response(const Request&)>;
 
+// The body of a request on a streaming route, pulled by its handler (from the handler's thread).
+class BodyReader {
+ public:
+  virtual ~BodyReader() = default;
+  // Reads up to `n` bytes; 0 means the body ended cleanly. Errors: DeadlineExceeded (the client
+  // sent nothing for read_timeout), Unavailable (the connection closed before the body ended),
+  // OutOfRange (the body is larger than the route's max_body_bytes), InvalidArgument (malformed
+  // chunked encoding), Cancelled (the server is stopping). After an error every Read fails.
+  virtual absl::StatusOr<size_t> Read(char* buf, size_t n) = 0;
+  // Content-Length when the client sent one (else the body is chunked).
+  virtual std::optional<uint64_t> content_length() const = 0;
+  virtual uint64_t bytes_read() const = 0;
+};
+// `request.body` is empty: the body is `body`.
+using StreamHandler = std::function<Response(const Request& request, BodyReader& body)>;
+
+struct StreamOptions {
+  uint64_t max_body_bytes = 1ull << 40;  // 413 beyond (checked against Content-Length up front)
+  int max_concurrent = 16;               // handlers running at once; 503 beyond
+};
+
 struct HostPort {
   std::string host;  // "0.0.0.0" when the address had none; IPv6 without brackets
   uint16_t port = 0;
@@ -90,6 +120,9 @@ class Server {
   virtual void Handle(std::string method, std::string path, Handler handler) = 0;
   // Registers a handler for every path under a prefix ("/v1/upload/").
   virtual void HandlePrefix(std::string method, std::string prefix, Handler handler) = 0;
+  // Registers a streaming handler for every path under a prefix (see the contract above).
+  virtual void HandleStream(std::string method, std::string prefix, StreamHandler handler,
+                            StreamOptions options = {}) = 0;
   virtual absl::Status Start() = 0;
   virtual uint16_t port() const = 0;
   // Stops accepting, finishes in-flight requests (at most `grace`), joins the threads.
