@@ -28,7 +28,9 @@ void ExpectSame(const std::string& body) {
   for (auto [gj, wj] : {std::pair{g.mutable_object_json(), w.mutable_object_json()},
                         std::pair{g.mutable_old_object_json(), w.mutable_old_object_json()}}) {
     EXPECT_EQ(gj->empty(), wj->empty());
-    if (!gj->empty()) EXPECT_EQ(Json::parse(*gj), Json::parse(*wj));
+    if (!gj->empty()) {
+      EXPECT_EQ(Json::parse(*gj), Json::parse(*wj));
+    }
     gj->clear();
     wj->clear();
   }
