@@ -3,9 +3,10 @@
 // Threading: `threads` threads run one io_context. Accept, read and write are asynchronous; the
 // handler runs on the thread that finished reading the request, so a synchronous handler that
 // blocks (a bus round trip) holds one thread, not the acceptor. Every handler answers through a
-// Responder (a synchronous one right away); the Responder dispatches the write onto the
+// Responder (a synchronous one right away); the Responder posts the write onto the
 // connection's strand, so an asynchronous handler may answer from any thread. Each connection is
-// a Session kept alive by shared_from_this across its callbacks and by an unanswered Responder.
+// a Session kept alive by shared_from_this across its callbacks and, while its handler has not
+// answered, by the server's table of waiting connections.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -195,17 +196,19 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (id == 0) return Close();
     core_->Dispatch(
         req, Responder([core = core_, id, version, keep_alive](Response r) {
-          // On the strand already (a synchronous handler): write now. Else queue the write there,
-          // unless the server has stopped (then the connection is gone).
+          // Queue the write on the connection's strand, unless the server has stopped (then the
+          // connection is gone). Posted, not dispatched, even from the strand: the lock must not
+          // be held while the write starts (TLS encrypts the response right there), and it must
+          // be held until the connection is handed to its io_context, which Stop() then drains.
           std::lock_guard lock(core->io_mu);
           auto node = core->waiting.extract(id);
           if (node.empty()) return;
           auto self = std::static_pointer_cast<Session>(std::move(node.mapped()));
           auto* executor_owner = self.get();
-          asio::dispatch(executor_owner->stream_.get_executor(),
-                         [self = std::move(self), version, keep_alive, r = std::move(r)]() mutable {
-                           self->Write(std::move(r), version, keep_alive);
-                         });
+          asio::post(executor_owner->stream_.get_executor(),
+                     [self = std::move(self), version, keep_alive, r = std::move(r)]() mutable {
+                       self->Write(std::move(r), version, keep_alive);
+                     });
         }));
   }
 
