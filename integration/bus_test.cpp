@@ -126,23 +126,10 @@ TEST_F(NatsBusTest, RequestAsync) {
     return reply;
   });
   ASSERT_TRUE(echo.ok()) << echo.status();
-  auto reply = AsyncCall(*client, "it.aecho", "hi", 2s, {{std::string(kHeaderRequestId), "r-1"}});
-  ASSERT_TRUE(reply.ok()) << reply.status();
-  EXPECT_EQ(reply->data, "echo:hi");
-  EXPECT_EQ(reply->Header("X-Rid"), "r-1");
-  EXPECT_EQ(reply->Header("X-Timeout"), "2000");
-
   auto err = bus_->Serve("it.aerr", "", [](const Request&) {
     return Reply::Error(absl::PermissionDeniedError("not you"));
   });
   ASSERT_TRUE(err.ok());
-  EXPECT_EQ(AsyncCall(*client, "it.aerr", "", 2s).status(), absl::PermissionDeniedError("not you"));
-  EXPECT_EQ(AsyncCall(*client, "it.anobody", "", 2s).status().code(),
-            absl::StatusCode::kUnavailable);
-  EXPECT_EQ(AsyncCall(*client, "it.aecho", "", 0ms).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
-
-  // A handler that never answers in time: DeadlineExceeded from the timer, close to the timeout.
   std::promise<void> release;
   auto released = release.get_future().share();
   auto slow = bus_->Serve("it.aslow", "", [released](const Request&) {
@@ -150,6 +137,22 @@ TEST_F(NatsBusTest, RequestAsync) {
     return Reply::Ok("late");
   });
   ASSERT_TRUE(slow.ok());
+  // Subscribed last on the same connection: once it answers, the server has the others too.
+  auto warm = bus_->Serve("it.awarm", "", [](const Request&) { return Reply::Ok("warm"); });
+  ASSERT_TRUE(warm.ok());
+  ASSERT_TRUE(Eventually([&] { return client->Request("it.awarm", "", 1s).ok(); }));
+  auto reply = AsyncCall(*client, "it.aecho", "hi", 2s, {{std::string(kHeaderRequestId), "r-1"}});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->data, "echo:hi");
+  EXPECT_EQ(reply->Header("X-Rid"), "r-1");
+  EXPECT_EQ(reply->Header("X-Timeout"), "2000");
+  EXPECT_EQ(AsyncCall(*client, "it.aerr", "", 2s).status(), absl::PermissionDeniedError("not you"));
+  EXPECT_EQ(AsyncCall(*client, "it.anobody", "", 2s).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(AsyncCall(*client, "it.aecho", "", 0ms).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+
+  // A handler that never answers in time: DeadlineExceeded from the timer, close to the timeout.
   const auto start = std::chrono::steady_clock::now();
   auto timed_out = AsyncCall(*client, "it.aslow", "", 200ms);
   const auto took = std::chrono::steady_clock::now() - start;
@@ -202,6 +205,9 @@ TEST_F(NatsBusTest, RequestAsyncPendingFailOnClose) {
     return Reply::Ok("late");
   });
   ASSERT_TRUE(slow.ok());
+  auto warm = bus_->Serve("it.ahwarm", "", [](const Request&) { return Reply::Ok("warm"); });
+  ASSERT_TRUE(warm.ok());
+  ASSERT_TRUE(Eventually([&] { return client->Request("it.ahwarm", "", 1s).ok(); }));
   auto answer = std::make_shared<std::promise<absl::StatusOr<Message>>>();
   auto calls = std::make_shared<std::atomic<int>>(0);
   client->RequestAsync("it.ahang", "", 10s, {}, [answer, calls](absl::StatusOr<Message> r) {
