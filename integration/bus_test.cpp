@@ -102,6 +102,125 @@ TEST_F(NatsBusTest, ErrorsByCode) {
   EXPECT_EQ(bus_->Request("it.nobody", "", 2s).status().code(), absl::StatusCode::kUnavailable);
 }
 
+// Waits for one RequestAsync answer.
+absl::StatusOr<Message> AsyncCall(Bus& bus, std::string_view subject, std::string_view data,
+                                  std::chrono::milliseconds timeout, const Headers& headers = {}) {
+  auto answer = std::make_shared<std::promise<absl::StatusOr<Message>>>();
+  auto future = answer->get_future();
+  bus.RequestAsync(subject, data, timeout, headers, [answer](absl::StatusOr<Message> reply) {
+    answer->set_value(std::move(reply));
+  });
+  return future.get();
+}
+
+// Tests RequestAsync against the real server: replies with headers, micro errors, no responders,
+// the timeout, many requests in flight at once from one thread, and the client metrics.
+TEST_F(NatsBusTest, RequestAsync) {
+  prometheus::Registry registry;
+  auto client = NewBus(&registry);
+  ASSERT_NE(client, nullptr);
+  auto echo = bus_->Serve("it.aecho", "", [](const Request& r) {
+    Reply reply = Reply::Ok("echo:" + r.msg.data);
+    reply.headers["X-Rid"] = r.request_id;
+    reply.headers["X-Timeout"] = std::string(r.msg.Header(kHeaderTimeoutMs));
+    return reply;
+  });
+  ASSERT_TRUE(echo.ok()) << echo.status();
+  auto err = bus_->Serve("it.aerr", "", [](const Request&) {
+    return Reply::Error(absl::PermissionDeniedError("not you"));
+  });
+  ASSERT_TRUE(err.ok());
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  auto slow = bus_->Serve("it.aslow", "", [released](const Request&) {
+    released.wait_for(5s);
+    return Reply::Ok("late");
+  });
+  ASSERT_TRUE(slow.ok());
+  // Subscribed last on the same connection: once it answers, the server has the others too.
+  auto warm = bus_->Serve("it.awarm", "", [](const Request&) { return Reply::Ok("warm"); });
+  ASSERT_TRUE(warm.ok());
+  ASSERT_TRUE(Eventually([&] { return client->Request("it.awarm", "", 1s).ok(); }));
+  auto reply = AsyncCall(*client, "it.aecho", "hi", 2s, {{std::string(kHeaderRequestId), "r-1"}});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->data, "echo:hi");
+  EXPECT_EQ(reply->Header("X-Rid"), "r-1");
+  EXPECT_EQ(reply->Header("X-Timeout"), "2000");
+  EXPECT_EQ(AsyncCall(*client, "it.aerr", "", 2s).status(), absl::PermissionDeniedError("not you"));
+  EXPECT_EQ(AsyncCall(*client, "it.anobody", "", 2s).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(AsyncCall(*client, "it.aecho", "", 0ms).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+
+  // A handler that never answers in time: DeadlineExceeded from the timer, close to the timeout.
+  const auto start = std::chrono::steady_clock::now();
+  auto timed_out = AsyncCall(*client, "it.aslow", "", 200ms);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(timed_out.status().code(), absl::StatusCode::kDeadlineExceeded) << timed_out.status();
+  EXPECT_GE(took, 200ms);
+  EXPECT_LT(took, 2s);
+  release.set_value();  // its late reply finds no pending request and is dropped
+
+  // Many in flight from this one thread, each answered once with its own reply.
+  constexpr int kCalls = 200;
+  std::mutex mu;
+  std::condition_variable cv;
+  int answered = 0, wrong = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    client->RequestAsync("it.aecho", std::to_string(i), 5s, {}, [&, i](absl::StatusOr<Message> r) {
+      std::lock_guard lock(mu);
+      if (!r.ok() || r->data != "echo:" + std::to_string(i)) ++wrong;
+      ++answered;
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return answered == kCalls; })) << answered;
+    EXPECT_EQ(wrong, 0);
+  }
+  double ok_requests = 0;
+  for (const auto& f : registry.Collect()) {
+    if (f.name != "wisp_bus_client_requests_total") continue;
+    for (const auto& m : f.metric) {
+      bool echo_ok = false, code_ok = false;
+      for (const auto& l : m.label) {
+        echo_ok |= l.name == "subject" && l.value == "it.aecho";
+        code_ok |= l.name == "code" && l.value == "OK";
+      }
+      if (echo_ok && code_ok) ok_requests += m.counter.value;
+    }
+  }
+  EXPECT_EQ(ok_requests, kCalls + 1);
+}
+
+// Tests that requests still pending when the bus closes are answered Unavailable, once.
+TEST_F(NatsBusTest, RequestAsyncPendingFailOnClose) {
+  auto client = NewBus();
+  ASSERT_NE(client, nullptr);
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  auto slow = bus_->Serve("it.ahang", "", [released](const Request&) {
+    released.wait_for(5s);
+    return Reply::Ok("late");
+  });
+  ASSERT_TRUE(slow.ok());
+  auto warm = bus_->Serve("it.ahwarm", "", [](const Request&) { return Reply::Ok("warm"); });
+  ASSERT_TRUE(warm.ok());
+  ASSERT_TRUE(Eventually([&] { return client->Request("it.ahwarm", "", 1s).ok(); }));
+  auto answer = std::make_shared<std::promise<absl::StatusOr<Message>>>();
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  client->RequestAsync("it.ahang", "", 10s, {}, [answer, calls](absl::StatusOr<Message> r) {
+    if (calls->fetch_add(1) == 0) answer->set_value(std::move(r));
+  });
+  std::this_thread::sleep_for(100ms);  // the request reaches the handler
+  client.reset();
+  auto r = answer->get_future().get();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_EQ(calls->load(), 1);
+  release.set_value();
+}
+
 // Tests that a caller timeout is DeadlineExceeded and a request whose deadline passed while queued
 // behind a slow one is never handed to the handler.
 TEST_F(NatsBusTest, DeadlineExpiryDoesNotCallHandler) {

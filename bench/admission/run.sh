@@ -2,14 +2,21 @@
 # bench/admission/run.sh BUILD_DIR [DURATION] [CONNECTIONS]
 #
 # AdmissionReview of a realistic ~4 KiB pod through HTTPS -> admission (wisp's gateway admission
-# library on common/http) -> NATS -> wisp-policy, with wrk at 64 connections; and in the same run an
-# nginx HTTPS endpoint answering a fixed 2 KiB JSON, this machine's ceiling. Prints one RESULT line
-# per target (req/s, p50, p99) and the ratio. Needs nats-server, nginx, wrk, openssl, python3.
+# library on common/http) -> NATS -> wisp-policy, in one run:
+#   1. steady: wrk paced to RATE req/s (default 1000) over PACED_CONNS connections (default 16);
+#   2. peak: wrk at CONNECTIONS (default 64) as fast as it goes;
+#   3. ceiling: the same POST to an nginx HTTPS endpoint answering a fixed 2 KiB JSON.
+# Prints one RESULT line per phase (req/s, p50, p99), the CPU each process used per 1,000 requests
+# (utime+stime from /proc, so it stays meaningful on a busy machine), and the peak/ceiling ratio.
+# Environment: RATE, PACED_CONNS, WRK_THREADS (2), HTTP_THREADS (admission server, 2),
+# SERVE_THREADS (wisp-policy, 2). Needs nats-server, nginx, wrk (LuaJIT), openssl, python3.
 set -euo pipefail
 BUILD=${1:?usage: run.sh BUILD_DIR [DURATION] [CONNECTIONS]}
 DURATION=${2:-15s}
 CONNS=${3:-64}
 THREADS=${WRK_THREADS:-2}
+RATE=${RATE:-1000}
+PACED_CONNS=${PACED_CONNS:-16}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BIN=$(cd "$BUILD/bin" && pwd)
@@ -23,6 +30,15 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# CPU ticks (utime + stime, all threads) of the processes given as comma-separated pids.
+cpu_ticks() {
+  local total=0 p
+  for p in ${1//,/ }; do
+    # Past the "(comm) " field, utime and stime are the 12th and 13th.
+    total=$((total + $(sed 's/^.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+  done
+  echo "$total"
+}
 wait_port() {
   for _ in $(seq 1 100); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
@@ -44,14 +60,17 @@ nats-server -a 127.0.0.1 -p "$NATS_PORT" -js -sd "$WORK/js" > "$WORK/nats.log" 2
 PIDS+=($!)
 wait_port "$NATS_PORT"
 "$BIN/wisp-policy" --nats-url "nats://127.0.0.1:$NATS_PORT" --metrics-address 127.0.0.1:0 \
-  --policy-file "$ROOT/deploy/local/policy.yaml" --serve-threads 4 --log-level warn \
-  > "$WORK/policy.log" 2>&1 &
+  --policy-file "$ROOT/deploy/local/policy.yaml" --serve-threads "${SERVE_THREADS:-2}" \
+  --log-level warn > "$WORK/policy.log" 2>&1 &
 PIDS+=($!)
+NATS_PID=${PIDS[0]}
+POLICY_PID=$!
 ADM_PORT=$(free_port)
 "$BIN/admission_bench_server" --nats-url "nats://127.0.0.1:$NATS_PORT" --port "$ADM_PORT" \
-  --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" --http-threads "${HTTP_THREADS:-8}" \
+  --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" --http-threads "${HTTP_THREADS:-2}" \
   --log-level warn > "$WORK/admission.log" 2>&1 &
 PIDS+=($!)
+ADM_PID=$!
 wait_port "$ADM_PORT"
 
 NGINX_PORT=$(free_port)
@@ -83,26 +102,62 @@ http {
 CONF
 nginx -c "$WORK/nginx.conf" -p "$WORK/nginx" > "$WORK/nginx.out" 2>&1 &
 PIDS+=($!)
+NGINX_PID=$!
 wait_port "$NGINX_PORT"
+# nginx's master forks the workers; they do the serving.
+NGINX_PIDS=$(echo "$NGINX_PID" $(cat /proc/"$NGINX_PID"/task/*/children) | tr ' ' ',')
 
 # Sanity: the admission answer is a real mutation.
 curl -sk -H 'Content-Type: application/json' --data-binary @"$WORK/review.json" \
   "https://127.0.0.1:$ADM_PORT/mutate?timeout=10s" | python3 -c \
   'import json,sys; r=json.load(sys.stdin)["response"]; assert r["allowed"] and r["patchType"]=="JSONPatch", r; print("check: allowed with a", len(r["patch"]), "byte base64 patch")'
 
-export BODY_FILE="$WORK/review.json"
-echo "== wisp admission (HTTPS -> admission -> NATS -> wisp-policy), $CONNS connections, $DURATION"
-ADM=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$HERE/post.lua" \
-  "https://127.0.0.1:$ADM_PORT/mutate?timeout=10s" | tee "$WORK/wrk-admission.txt" | grep RESULT)
-echo "$ADM"
-echo "== nginx HTTPS fixed 2 KiB JSON (ceiling), $CONNS connections, $DURATION"
-NGX=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$HERE/post.lua" \
-  "https://127.0.0.1:$NGINX_PORT/" | tee "$WORK/wrk-nginx.txt" | grep RESULT)
-echo "$NGX"
-python3 - "$ADM" "$NGX" <<'PY'
+export BODY_FILE="$WORK/review.json" WRK_THREADS="$THREADS" RATE
+TCK=$(getconf CLK_TCK)
+# run_wrk NAME LABEL=PIDS... -- WRK_ARGS...: runs wrk, prints its RESULT line, then the CPU seconds
+# each watched process used per 1,000 requests of that run; keeps the RESULT line in NAME_line.
+run_wrk() {
+  local name=$1 w line requests ticks total=0 i=0 cpu="CPU per 1k requests:"
+  shift
+  local watch=() before=()
+  while [[ $1 != -- ]]; do watch+=("$1"); shift; done
+  shift
+  for w in "${watch[@]}"; do before+=("$(cpu_ticks "${w#*=}")"); done
+  line=$(wrk "$@" | tee "$WORK/wrk-$name.txt" | grep RESULT)
+  requests=${line#*requests=}
+  requests=${requests%% *}
+  for w in "${watch[@]}"; do
+    ticks=$(($(cpu_ticks "${w#*=}") - before[i]))
+    total=$((total + ticks))
+    cpu+=$(awk -v t="$ticks" -v hz="$TCK" -v n="$requests" -v l="${w%%=*}" \
+      'BEGIN { printf " %s=%.3fs", l, t / hz * 1000 / (n > 0 ? n : 1) }')
+    i=$((i + 1))
+  done
+  ((${#watch[@]} > 1)) && cpu+=$(awk -v t="$total" -v hz="$TCK" -v n="$requests" \
+    'BEGIN { printf " total=%.3fs", t / hz * 1000 / (n > 0 ? n : 1) }')
+  echo "$line"
+  echo "$cpu"
+  printf -v "${name}_line" '%s' "$line"
+}
+WISP_PROCS=("admission=$ADM_PID" "policy=$POLICY_PID" "nats=$NATS_PID")
+URL="https://127.0.0.1:$ADM_PORT/mutate?timeout=10s"
+
+echo "== steady: wisp admission paced to $RATE req/s, $PACED_CONNS connections, $DURATION"
+run_wrk steady "${WISP_PROCS[@]}" -- -t"$THREADS" -c"$PACED_CONNS" -d"$DURATION" --latency \
+  -s "$HERE/paced.lua" "$URL"
+echo "== peak: wisp admission (HTTPS -> admission -> NATS -> wisp-policy), $CONNS connections, $DURATION"
+run_wrk peak "${WISP_PROCS[@]}" -- -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency \
+  -s "$HERE/post.lua" "$URL"
+echo "== ceiling: nginx HTTPS fixed 2 KiB JSON, $CONNS connections, $DURATION"
+run_wrk ceiling "nginx=$NGINX_PIDS" -- -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency \
+  -s "$HERE/post.lua" "https://127.0.0.1:$NGINX_PORT/"
+python3 - "$steady_line" "$peak_line" "$ceiling_line" "$RATE" <<'PY'
 import sys
-def rps(line):
-    return float(dict(kv.split("=") for kv in line.split()[1:])["rps"])
-a, n = rps(sys.argv[1]), rps(sys.argv[2])
-print("ratio: wisp admission peak = %.1f%% of the nginx ceiling (goal >= 20%%)" % (100 * a / n))
+def field(line, key):
+    return float(dict(kv.split("=") for kv in line.split()[1:])[key])
+steady, peak, ceiling, rate = sys.argv[1:4] + [float(sys.argv[4])]
+print("steady: %.0f req/s achieved of %.0f, p50 %.2f ms, p99 %.2f ms (goal p99 <= 5 ms)"
+      % (field(steady, "rps"), rate, field(steady, "p50_ms"), field(steady, "p99_ms")))
+print("ratio: wisp admission peak %.0f req/s = %.1f%% of the nginx ceiling %.0f req/s (goal >= 20%%)"
+      % (field(peak, "rps"), 100 * field(peak, "rps") / field(ceiling, "rps"), field(ceiling, "rps")))
 PY

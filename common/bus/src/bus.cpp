@@ -14,6 +14,12 @@ std::chrono::milliseconds Request::Remaining() const {
   return left.count() > 0 ? left : std::chrono::milliseconds(0);
 }
 
+void Requester::RequestAsync(std::string_view subject, std::string_view data,
+                             std::chrono::milliseconds timeout, const Headers& headers,
+                             ReplyCallback done) {
+  done(Request(subject, data, timeout, headers));
+}
+
 absl::Status StatusFromHeaders(const Headers& headers) {
   auto code_it = headers.find(kHeaderErrorCode);
   auto msg_it = headers.find(kHeaderError);

@@ -5,13 +5,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <set>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "bus_metrics.hpp"
@@ -492,6 +496,212 @@ class NatsServeSubscription final : public Subscription {
   std::shared_ptr<ServeCore> core_;
 };
 
+// ---- Asynchronous requests ----
+
+// RequestAsync: one wildcard reply subscription per connection (<inbox>.*, made on first use) whose
+// nats.c delivery thread completes each pending request by the last token of its reply subject,
+// and one timer thread that completes overdue requests with DeadlineExceeded. Like MsgCore, the
+// state outlives nats.c's callbacks through a holder that the completion callback frees.
+struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
+  struct Pending {
+    Requester::ReplyCallback done;
+    std::string subject;
+    Clock::time_point start;
+    Clock::time_point deadline;
+  };
+
+  natsConnection* nc = nullptr;
+  BusClientMetrics* metrics = nullptr;  // may be null
+  std::string inbox_prefix;             // NatsBusOptions::inbox_prefix
+
+  std::mutex mu;
+  std::condition_variable cv;  // the timer's: an earlier deadline, stopping, completion
+  natsSubscription* sub = nullptr;
+  std::string inbox;  // reply subjects are inbox + "." + id
+  bool started = false;
+  bool stopping = false;
+  bool complete = false;  // nats.c made its last callback
+  uint64_t next_id = 0;
+  std::unordered_map<uint64_t, Pending> pending;
+  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
+  std::thread timer;
+
+  void Finish(Pending& p, absl::StatusOr<Message> result) {
+    if (metrics != nullptr) {
+      metrics->Record(p.subject, result.status().code(),
+                      std::chrono::duration<double>(Clock::now() - p.start).count());
+    }
+    p.done(std::move(result));
+  }
+
+  std::optional<Pending> Take(uint64_t id) {
+    std::lock_guard lock(mu);
+    auto it = pending.find(id);
+    if (it == pending.end()) return std::nullopt;
+    Pending p = std::move(it->second);
+    pending.erase(it);
+    deadlines.erase({p.deadline, id});
+    return p;
+  }
+
+  static void OnReply(natsConnection*, natsSubscription*, natsMsg* raw, void* closure) {
+    MsgPtr msg(raw);
+    auto* core = static_cast<std::shared_ptr<AsyncCore>*>(closure)->get();
+    const std::string_view subject = natsMsg_GetSubject(raw);
+    const std::string_view token = subject.substr(subject.rfind('.') + 1);
+    uint64_t id = 0;
+    auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), id);
+    if (ec != std::errc() || end != token.data() + token.size()) return;
+    auto p = core->Take(id);
+    if (!p) return;  // answered after its timeout
+    if (natsMsg_IsNoResponders(raw)) {
+      core->Finish(*p, absl::UnavailableError("request on " + p->subject + ": " +
+                                              natsStatus_GetText(NATS_NO_RESPONDERS)));
+      return;
+    }
+    Message out = ToMessage(raw);
+    msg.reset();
+    absl::Status st = StatusFromHeaders(out.headers);
+    if (st.ok()) {
+      core->Finish(*p, std::move(out));
+    } else {
+      core->Finish(*p, std::move(st));
+    }
+  }
+
+  static void OnComplete(void* closure) {
+    auto* holder = static_cast<std::shared_ptr<AsyncCore>*>(closure);
+    {
+      std::lock_guard lock((*holder)->mu);
+      (*holder)->complete = true;
+    }
+    (*holder)->cv.notify_all();
+    delete holder;
+  }
+
+  void TimerLoop() {
+    std::unique_lock lock(mu);
+    while (!stopping) {
+      if (deadlines.empty()) {
+        cv.wait(lock);
+        continue;
+      }
+      const auto first = deadlines.begin()->first;
+      if (Clock::now() < first) {
+        cv.wait_until(lock, first);
+        continue;
+      }
+      std::vector<Pending> expired;
+      const auto now = Clock::now();
+      while (!deadlines.empty() && deadlines.begin()->first <= now) {
+        auto node = pending.extract(deadlines.begin()->second);
+        deadlines.erase(deadlines.begin());
+        if (!node.empty()) expired.push_back(std::move(node.mapped()));
+      }
+      lock.unlock();
+      for (auto& p : expired) {
+        absl::Status st = absl::DeadlineExceededError("request on " + p.subject + ": " +
+                                                      natsStatus_GetText(NATS_TIMEOUT));
+        Finish(p, std::move(st));
+      }
+      lock.lock();
+    }
+  }
+
+  // With `mu` held: subscribes to the reply inbox and starts the timer, once.
+  absl::Status StartLocked() {
+    if (stopping) return absl::UnavailableError("bus connection closed");
+    if (started) return absl::OkStatus();
+    // nats.c's public natsInbox_Create ignores the connection's custom prefix; keep its unique
+    // token and put this connection's prefix in front (as RequestMany does).
+    natsInbox* raw_inbox = nullptr;
+    natsStatus s = natsInbox_Create(&raw_inbox);
+    if (s != NATS_OK) return FromNats(s, "creating inbox");
+    inbox = raw_inbox;
+    natsInbox_Destroy(raw_inbox);
+    if (!inbox_prefix.empty()) {
+      const size_t dot = inbox.rfind('.');
+      inbox = inbox_prefix + inbox.substr(dot == std::string::npos ? 0 : dot);
+    }
+    auto* holder = new std::shared_ptr<AsyncCore>(shared_from_this());
+    const std::string wildcard = inbox + ".*";
+    s = natsConnection_Subscribe(&sub, nc, wildcard.c_str(), OnReply, holder);
+    if (s == NATS_OK) s = natsSubscription_SetOnCompleteCB(sub, OnComplete, holder);
+    if (s != NATS_OK) {
+      absl::Status st = FromNats(s, "subscribing to " + wildcard);
+      if (sub != nullptr) {
+        natsSubscription_Unsubscribe(sub);
+        natsSubscription_Destroy(sub);
+        sub = nullptr;
+      } else {
+        delete holder;
+      }
+      return st;
+    }
+    natsSubscription_SetPendingLimits(sub, 65536, 256 * 1024 * 1024);
+    timer = std::thread([this] { TimerLoop(); });
+    started = true;
+    return absl::OkStatus();
+  }
+
+  void Send(std::string_view subject, std::string_view data, std::chrono::milliseconds timeout,
+            Headers headers, Requester::ReplyCallback done) {
+    const auto start = Clock::now();
+    Pending p{std::move(done), std::string(subject), start, start + timeout};
+    std::unique_lock lock(mu);
+    if (absl::Status st = StartLocked(); !st.ok()) {
+      lock.unlock();
+      Finish(p,
+             absl::UnavailableError("request on " + p.subject + ": " + std::string(st.message())));
+      return;
+    }
+    const uint64_t id = ++next_id;
+    const bool earliest = deadlines.empty() || p.deadline < deadlines.begin()->first;
+    deadlines.insert({p.deadline, id});
+    pending.emplace(id, std::move(p));
+    if (earliest) cv.notify_all();
+    lock.unlock();
+    const std::string reply = inbox + "." + std::to_string(id);
+    auto msg = BuildMsg(subject, reply.c_str(), data, headers);
+    absl::Status st = msg.status();
+    if (st.ok()) {
+      st =
+          FromNats(natsConnection_PublishMsg(nc, msg->get()), "request on " + std::string(subject));
+    }
+    if (!st.ok()) {
+      if (auto taken = Take(id)) Finish(*taken, std::move(st));
+    }
+  }
+
+  // Stops the timer and the reply subscription; requests still pending fail with Unavailable.
+  void Close() {
+    std::vector<Pending> rest;
+    {
+      std::lock_guard lock(mu);
+      if (stopping) return;
+      stopping = true;
+      for (auto& [id, p] : pending) rest.push_back(std::move(p));
+      pending.clear();
+      deadlines.clear();
+    }
+    cv.notify_all();
+    if (timer.joinable()) timer.join();
+    if (sub != nullptr) {
+      natsSubscription_Unsubscribe(sub);  // fails harmlessly when the connection is closed
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, std::chrono::seconds(10), [&] { return complete; });
+      lock.unlock();
+      natsSubscription_Destroy(sub);
+      sub = nullptr;
+    }
+    for (auto& p : rest) {
+      absl::Status st =
+          absl::UnavailableError("request on " + p.subject + ": bus connection closed");
+      Finish(p, std::move(st));
+    }
+  }
+};
+
 }  // namespace
 
 // ---- The connection ----
@@ -509,6 +719,7 @@ struct NatsBus::Impl {
   std::atomic<bool> closing{false};  // we are closing on purpose: a disconnect is expected
   std::vector<std::weak_ptr<ServeCore>> serves;  // for Drain() and the ticker
   std::shared_ptr<Ticker> ticker;
+  std::shared_ptr<AsyncCore> async;  // RequestAsync
 
   void Tick(int64_t now_ns) {
     std::vector<std::shared_ptr<ServeCore>> cores;
@@ -529,6 +740,7 @@ struct NatsBus::Impl {
 
   ~Impl() {
     if (ticker) ticker->Stop();  // it visits `serves`; serving cores may outlive us
+    if (async) async->Close();   // fails what is pending before the metrics go
     if (js != nullptr) jsCtx_Destroy(js);
     if (nc != nullptr) {
       closing = true;
@@ -1122,6 +1334,10 @@ absl::StatusOr<std::unique_ptr<NatsBus>> NatsBus::Connect(const NatsBusOptions& 
   s = natsConnection_JetStream(&impl->js, impl->nc, &jo);
   if (s != NATS_OK) return FromNats(s, "JetStream context");
   impl->jetstream = std::make_unique<NatsJetStream>(impl.get());
+  impl->async = std::make_shared<AsyncCore>();
+  impl->async->nc = impl->nc;
+  impl->async->metrics = impl->metrics.get();
+  impl->async->inbox_prefix = options.inbox_prefix;
   return std::unique_ptr<NatsBus>(new NatsBus(std::move(impl)));
 }
 
@@ -1177,6 +1393,23 @@ absl::StatusOr<Message> NatsBus::Request(std::string_view subject, std::string_v
                            std::chrono::duration<double>(Clock::now() - start).count());
   }
   return result;
+}
+
+void NatsBus::RequestAsync(std::string_view subject, std::string_view data,
+                           std::chrono::milliseconds timeout, const Headers& headers,
+                           ReplyCallback done) {
+  absl::Status st;
+  if (timeout.count() <= 0) {
+    st = absl::DeadlineExceededError("request on " + std::string(subject) + ": no time left");
+  } else {
+    st = impl_->CheckConnected(subject);
+  }
+  if (!st.ok()) {
+    if (impl_->metrics) impl_->metrics->Record(subject, st.code(), 0);
+    done(std::move(st));
+    return;
+  }
+  impl_->async->Send(subject, data, timeout, RequestHeaders(headers, timeout), std::move(done));
 }
 
 absl::StatusOr<std::vector<Message>> NatsBus::RequestMany(std::string_view subject,
@@ -1311,6 +1544,7 @@ absl::Status NatsBus::Drain(std::chrono::milliseconds timeout) {
                                            [&] { return impl_->closed; });
   lock.unlock();
   if (!closed) natsConnection_Close(impl_->nc);
+  impl_->async->Close();  // nothing more can answer
   if (!idle || !closed) return absl::DeadlineExceededError("bus drain did not finish in time");
   return absl::OkStatus();
 }

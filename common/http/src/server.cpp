@@ -1,9 +1,12 @@
 // Boost.Beast HTTP/1.1 server behind wisp::http::Server.
 //
 // Threading: `threads` threads run one io_context. Accept, read and write are asynchronous; the
-// handler runs synchronously on the thread that finished reading the request, so a handler that
-// blocks (a bus round trip) holds one thread, not the acceptor. Each connection is a Session kept
-// alive by shared_from_this across its callbacks.
+// handler runs on the thread that finished reading the request, so a synchronous handler that
+// blocks (a bus round trip) holds one thread, not the acceptor. Every handler answers through a
+// Responder (a synchronous one right away); the Responder posts the write onto the
+// connection's strand, so an asynchronous handler may answer from any thread. Each connection is
+// a Session kept alive by shared_from_this across its callbacks and, while its handler has not
+// answered, by the server's table of waiting connections.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +20,7 @@
 #include <list>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -42,7 +46,7 @@ struct Route {
   std::string method;
   std::string path;
   bool prefix = false;
-  Handler handler;
+  AsyncHandler handler;
 };
 
 struct StreamRoute {
@@ -51,6 +55,10 @@ struct StreamRoute {
   StreamHandler handler;
   StreamOptions options;
 };
+// A synchronous handler answers before it returns.
+AsyncHandler FromSync(Handler handler) {
+  return [h = std::move(handler)](const Request& req, Responder done) { done(h(req)); };
+}
 
 // Shared by the server and its sessions; outlives both through shared_ptr.
 struct Core {
@@ -60,6 +68,13 @@ struct Core {
   std::shared_ptr<spdlog::logger> logger;
   std::atomic<int> sessions{0};
   std::atomic<bool> stopping{false};
+  // Connections waiting for their handler's answer, owned here rather than by the Responder: a
+  // connection must not outlive the io_context its socket belongs to, so Stop() drops them while
+  // the io_context still exists, and a Responder called after that finds nothing to answer.
+  std::mutex io_mu;
+  bool io_stopped = false;
+  uint64_t next_waiting = 0;
+  std::unordered_map<uint64_t, std::shared_ptr<void>> waiting;
 
   // Threads running streaming handlers; finished ones are joined when the next one starts.
   struct StreamThread {
@@ -109,7 +124,16 @@ struct Core {
     for (auto& t : all) t.thread.join();
   }
 
-  Response Dispatch(const Request& req) const {
+  // Parks a connection until Take(id); 0 (and nothing parked) once stopped.
+  uint64_t Park(std::shared_ptr<void> session) {
+    std::lock_guard lock(io_mu);
+    if (io_stopped) return 0;
+    const uint64_t id = ++next_waiting;
+    waiting.emplace(id, std::move(session));
+    return id;
+  }
+
+  void Dispatch(const Request& req, Responder done) const {
     bool path_known = false;
     for (const auto& r : stream_routes) {
       if (req.path.rfind(r.prefix, 0) == 0) path_known = true;
@@ -123,15 +147,15 @@ struct Core {
         best = &r;
     }
     if (best == nullptr) {
-      return path_known
-                 ? Response::Error(405, "method " + req.method + " not allowed on " + req.path)
-                 : Response::Error(404, "no handler for " + req.path);
+      return done(path_known
+                      ? Response::Error(405, "method " + req.method + " not allowed on " + req.path)
+                      : Response::Error(404, "no handler for " + req.path));
     }
     try {
-      return best->handler(req);
+      best->handler(req, done);
     } catch (const std::exception& e) {
       SPDLOG_LOGGER_ERROR(logger, "{} {}: handler threw: {}", req.method, req.path, e.what());
-      return Response::Error(500, "internal error");
+      done(Response::Error(500, "internal error"));  // ignored if the handler had answered
     }
   }
 };
@@ -227,9 +251,28 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
     req.body = std::move(beast_req.body());
     req.remote = remote_;
     const bool keep_alive = beast_req.keep_alive() && !core_->stopping;
-    // The handler may block; lift the socket timer so a slow handler does not cut the connection.
+    // The handler may take long; lift the socket timer so a slow handler does not cut the
+    // connection.
     beast::get_lowest_layer(stream_).expires_never();
-    Write(core_->Dispatch(req), beast_req.version(), keep_alive);
+    const unsigned version = beast_req.version();
+    const uint64_t id = core_->Park(this->shared_from_this());
+    if (id == 0) return Close();
+    core_->Dispatch(
+        req, Responder([core = core_, id, version, keep_alive](Response r) {
+          // Queue the write on the connection's strand, unless the server has stopped (then the
+          // connection is gone). Posted, not dispatched, even from the strand: the lock must not
+          // be held while the write starts (TLS encrypts the response right there), and it must
+          // be held until the connection is handed to its io_context, which Stop() then drains.
+          std::lock_guard lock(core->io_mu);
+          auto node = core->waiting.extract(id);
+          if (node.empty()) return;
+          auto self = std::static_pointer_cast<Session>(std::move(node.mapped()));
+          auto* executor_owner = self.get();
+          asio::post(executor_owner->stream_.get_executor(),
+                     [self = std::move(self), version, keep_alive, r = std::move(r)]() mutable {
+                       self->Write(std::move(r), version, keep_alive);
+                     });
+        }));
   }
 
   // With streaming routes: the headers first, then either the whole body into parser_ (the
@@ -535,10 +578,15 @@ class BeastServer final : public Server {
   ~BeastServer() override { Stop(std::chrono::milliseconds(0)); }
 
   void Handle(std::string method, std::string path, Handler handler) override {
-    core_->routes.push_back({std::move(method), std::move(path), false, std::move(handler)});
+    core_->routes.push_back(
+        {std::move(method), std::move(path), false, FromSync(std::move(handler))});
   }
   void HandlePrefix(std::string method, std::string prefix, Handler handler) override {
-    core_->routes.push_back({std::move(method), std::move(prefix), true, std::move(handler)});
+    core_->routes.push_back(
+        {std::move(method), std::move(prefix), true, FromSync(std::move(handler))});
+  }
+  void HandleAsync(std::string method, std::string path, AsyncHandler handler) override {
+    core_->routes.push_back({std::move(method), std::move(path), false, std::move(handler)});
   }
   void HandleStream(std::string method, std::string prefix, StreamHandler handler,
                     StreamOptions options) override {
@@ -609,11 +657,18 @@ class BeastServer final : public Server {
     while (core_->sessions > 0 && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    std::unordered_map<uint64_t, std::shared_ptr<void>> waiting;
+    {
+      std::lock_guard lock(core_->io_mu);
+      core_->io_stopped = true;
+      waiting.swap(core_->waiting);
+    }
     ioc_.stop();
     for (auto& t : threads_) t.join();
     threads_.clear();
     // Streaming handlers see Cancelled from their next body read and return.
     core_->JoinStreamThreads();
+    waiting.clear();  // unanswered connections close while their io_context still exists
     if (!core_->options.unix_socket.empty()) ::unlink(core_->options.unix_socket.c_str());
   }
 
@@ -692,6 +747,22 @@ class BeastServer final : public Server {
 };
 
 }  // namespace
+
+struct Responder::State {
+  explicit State(std::function<void(Response)> s) : send(std::move(s)) {}
+  std::function<void(Response)> send;
+  std::atomic<bool> answered{false};
+  ~State() {
+    if (!answered.exchange(true)) send(Response::Error(500, "the handler did not answer"));
+  }
+};
+
+Responder::Responder(std::function<void(Response)> send)
+    : state_(std::make_shared<State>(std::move(send))) {}
+
+void Responder::operator()(Response response) const {
+  if (state_ && !state_->answered.exchange(true)) state_->send(std::move(response));
+}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (options.threads < 1 || options.threads > 256) {

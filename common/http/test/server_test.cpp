@@ -2,11 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
+#include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -160,8 +164,6 @@ TEST_F(ServerTest, ServesTlsAndReloadsCertificate) {
   make_cert("second");
   EXPECT_EQ(subject_cn(TLS1_2_VERSION), "second");
 }
-
-// Tests that listen addresses parse, and bad ones are refused naming the setting.
 
 class StreamTest : public ::testing::Test {
  protected:
@@ -344,6 +346,88 @@ TEST_F(StreamTest, ReportsDisconnectAndStall) {
   }
 }
 
+// Tests that asynchronous handlers answer from another thread, later and in any order: more
+// requests are in flight than the server has threads, a keep-alive connection goes on after an
+// async answer, and a handler that drops its Responder or throws gives a 500 instead of a hang.
+TEST(AsyncServerTest, AnswersFromAnyThreadBeyondThePoolSize) {
+  auto created = Server::Create({.address = "127.0.0.1", .port = 0, .threads = 1});
+  ASSERT_TRUE(created.ok()) << created.status();
+  ServerPtr server = std::move(*created);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<std::string, Responder>> parked;
+  server->HandleAsync("POST", "/later", [&](const Request& r, Responder done) {
+    std::lock_guard lock(mu);
+    parked.emplace_back(r.body, std::move(done));
+    cv.notify_all();
+  });
+  server->HandleAsync("POST", "/drop", [](const Request&, Responder) {});
+  server->HandleAsync("POST", "/throw",
+                      [](const Request&, Responder) -> void { throw std::runtime_error("boom"); });
+  ASSERT_TRUE(server->Start().ok());
+
+  constexpr int kClients = 8;  // all parked at once on a one-thread server
+  std::vector<std::future<Got>> got;
+  for (int i = 0; i < kClients; ++i) {
+    got.push_back(std::async(std::launch::async, [&, i] {
+      return Plain(server->port(), "POST", "/later", "req-" + std::to_string(i));
+    }));
+  }
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] {
+      return parked.size() == kClients;
+    })) << parked.size();
+  }
+  std::thread answerer([&] {
+    for (auto it = parked.rbegin(); it != parked.rend(); ++it) {
+      it->second(Response::Json(200, "{\"echo\":\"" + it->first + "\"}"));
+      it->second(Response::Json(500, "{}"));  // a second answer is ignored
+    }
+  });
+  answerer.join();
+  for (int i = 0; i < kClients; ++i) {
+    Got g = got[i].get();
+    EXPECT_EQ(g.status, 200);
+    EXPECT_EQ(g.body, "{\"echo\":\"req-" + std::to_string(i) + "\"}");
+  }
+
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->port()));
+  Got dropped = Exchange(stream, "POST", "/drop", "");
+  EXPECT_EQ(dropped.status, 500);
+  EXPECT_EQ(dropped.body, "{\"error\":\"the handler did not answer\"}");
+  Got thrown = Exchange(stream, "POST", "/throw", "");  // same connection: kept alive
+  EXPECT_EQ(thrown.status, 500);
+  EXPECT_EQ(thrown.body, "{\"error\":\"internal error\"}");
+  server->Stop();
+}
+
+// Tests that a Responder called after the server stopped is dropped, not a crash.
+TEST(AsyncServerTest, AnswerAfterStopIsDropped) {
+  auto created = Server::Create({.address = "127.0.0.1", .port = 0, .threads = 1});
+  ASSERT_TRUE(created.ok());
+  ServerPtr server = std::move(*created);
+  std::promise<Responder> parked;
+  server->HandleAsync("POST", "/later",
+                      [&](const Request&, Responder done) { parked.set_value(std::move(done)); });
+  ASSERT_TRUE(server->Start().ok());
+  auto client = std::async(std::launch::async, [&] {
+    try {
+      return Plain(server->port(), "POST", "/later").status;
+    } catch (const std::exception&) {
+      return -1;  // the connection went away unanswered
+    }
+  });
+  Responder done = parked.get_future().get();
+  server->Stop(std::chrono::milliseconds(50));
+  server.reset();
+  done(Response::Json(200, "{}"));
+  EXPECT_EQ(client.get(), -1);
+}
+
+// Tests that listen addresses parse, and bad ones are refused naming the setting.
 TEST(ParseHostPortTest, ParsesAndNamesTheField) {
   auto a = ParseHostPort("metrics-address", "127.0.0.1:9090");
   ASSERT_TRUE(a.ok());

@@ -106,7 +106,11 @@ absl::StatusOr<AdmissionReview> ParseAdmissionReview(std::string_view body) {
   return review;
 }
 
-std::string EncodeAdmissionReview(std::string_view api_version, const AdmissionResponse& response) {
+namespace {
+
+// The nlohmann encoding; EncodeAdmissionReview falls back to it for a string that is not valid
+// UTF-8, so that case keeps nlohmann's behaviour (it throws type_error 316).
+std::string EncodeWithJson(std::string_view api_version, const AdmissionResponse& response) {
   Json resp = {{"uid", response.uid}, {"allowed", response.allowed}};
   if (!response.patch.empty()) {
     resp["patchType"] = "JSONPatch";
@@ -126,6 +130,157 @@ std::string EncodeAdmissionReview(std::string_view api_version, const AdmissionR
               {"kind", kAdmissionReviewKind},
               {"response", std::move(resp)}};
   return out.dump();
+}
+
+// Length of the well-formed UTF-8 sequence at s[i] (1-4), or 0 when it is not one.
+size_t Utf8Length(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  auto cont = [&](size_t k) {
+    return i + k < s.size() && (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+  };
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (!cont(1) || !cont(2)) return 0;
+    const auto c1 = static_cast<unsigned char>(s[i + 1]);
+    if (c == 0xE0 && c1 < 0xA0) return 0;   // overlong
+    if (c == 0xED && c1 >= 0xA0) return 0;  // surrogate
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (!cont(1) || !cont(2) || !cont(3)) return 0;
+    const auto c1 = static_cast<unsigned char>(s[i + 1]);
+    if (c == 0xF0 && c1 < 0x90) return 0;   // overlong
+    if (c == 0xF4 && c1 >= 0x90) return 0;  // above U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
+// Appends `s` as a JSON string exactly as nlohmann's dump() writes it (short escapes for
+// \b \t \n \f \r \" \\, \u00xx for other control characters, UTF-8 as is). False when `s` is
+// not valid UTF-8.
+bool AppendString(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const size_t n = Utf8Length(s, i);
+      if (n == 0) return false;
+      out.append(s.data() + i, n);
+      i += n;
+      continue;
+    }
+    switch (c) {
+      case '\b':
+        out += "\\b";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out.push_back(kHex[c >> 4]);
+          out.push_back(kHex[c & 0xf]);
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+    ++i;
+  }
+  out.push_back('"');
+  return true;
+}
+
+}  // namespace
+
+// Written directly rather than through a Json tree (this is on every admission answer): the same
+// bytes nlohmann's dump() gives, keys in its (sorted) order.
+std::string EncodeAdmissionReview(std::string_view api_version, const AdmissionResponse& response) {
+  std::string out;
+  out.reserve(256 + response.patch.size() * 4 / 3 + response.message.size());
+  bool ok = true;
+  auto str = [&](std::string_view s) { ok = AppendString(out, s) && ok; };
+  out += "{\"apiVersion\":";
+  str(api_version.empty() ? kAdmissionApiVersion : api_version);
+  out += ",\"kind\":";
+  str(kAdmissionReviewKind);
+  out += ",\"response\":{\"allowed\":";
+  out += response.allowed ? "true" : "false";
+  if (!response.audit_annotations.empty()) {
+    out += ",\"auditAnnotations\":{";
+    bool first = true;
+    for (const auto& [k, v] : response.audit_annotations) {
+      if (!first) out.push_back(',');
+      first = false;
+      str(k);
+      out.push_back(':');
+      str(v);
+    }
+    out.push_back('}');
+  }
+  if (!response.patch.empty()) {
+    out += ",\"patch\":\"";
+    out += absl::Base64Escape(response.patch);
+    out += "\",\"patchType\":\"JSONPatch\"";
+  }
+  if (!response.message.empty() || response.code != 0 || !response.allowed) {
+    out += ",\"status\":{";
+    bool first = true;
+    auto sep = [&] {
+      if (!first) out.push_back(',');
+      first = false;
+    };
+    if (response.code != 0) {
+      sep();
+      out += "\"code\":" + std::to_string(response.code);
+    }
+    if (!response.message.empty()) {
+      sep();
+      out += "\"message\":";
+      str(response.message);
+    }
+    if (!response.reason.empty()) {
+      sep();
+      out += "\"reason\":";
+      str(response.reason);
+    }
+    if (!response.allowed) {
+      sep();
+      out += "\"status\":\"Failure\"";
+    }
+    out.push_back('}');
+  }
+  out += ",\"uid\":";
+  str(response.uid);
+  if (!response.warnings.empty()) {
+    out += ",\"warnings\":[";
+    for (size_t i = 0; i < response.warnings.size(); ++i) {
+      if (i > 0) out.push_back(',');
+      str(response.warnings[i]);
+    }
+    out.push_back(']');
+  }
+  out += "}}";
+  if (!ok) return EncodeWithJson(api_version, response);
+  return out;
 }
 
 }  // namespace wisp::k8s

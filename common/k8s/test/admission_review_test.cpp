@@ -3,6 +3,9 @@
 #include <absl/strings/escaping.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace wisp::k8s {
 namespace {
 
@@ -105,6 +108,67 @@ TEST(AdmissionReviewTest, EncodesResponse) {
   EXPECT_EQ(denied["response"]["status"]["message"], "no");
   EXPECT_EQ(denied["response"]["status"]["code"], 403);
   EXPECT_FALSE(denied["response"].contains("patch"));
+}
+
+// The encoding through a Json tree that EncodeAdmissionReview replaced (it writes the bytes
+// directly); both must give the same bytes.
+std::string ReferenceEncoding(std::string_view api_version, const AdmissionResponse& response) {
+  Json resp = {{"uid", response.uid}, {"allowed", response.allowed}};
+  if (!response.patch.empty()) {
+    resp["patchType"] = "JSONPatch";
+    resp["patch"] = absl::Base64Escape(response.patch);
+  }
+  if (!response.warnings.empty()) resp["warnings"] = response.warnings;
+  if (!response.audit_annotations.empty()) resp["auditAnnotations"] = response.audit_annotations;
+  if (!response.message.empty() || response.code != 0 || !response.allowed) {
+    Json status = Json::object();
+    if (!response.message.empty()) status["message"] = response.message;
+    if (response.code != 0) status["code"] = response.code;
+    if (!response.reason.empty()) status["reason"] = response.reason;
+    if (!response.allowed) status["status"] = "Failure";
+    resp["status"] = std::move(status);
+  }
+  Json out = {{"apiVersion", api_version.empty() ? kAdmissionApiVersion : api_version},
+              {"kind", kAdmissionReviewKind},
+              {"response", std::move(resp)}};
+  return out.dump();
+}
+
+// Tests that the direct encoding is byte for byte nlohmann's, escapes and UTF-8 included, and that
+// a string that is not UTF-8 is refused as nlohmann refuses it.
+TEST(AdmissionReviewTest, EncodingMatchesJsonDump) {
+  std::string controls;
+  for (int c = 0; c < 0x20; ++c) controls.push_back(static_cast<char>(c));
+  controls += "\x7f \" \\ / é 日本 \xf0\x9f\x98\x80";
+  const std::vector<AdmissionResponse> cases = {
+      {.uid = "u-1"},
+      {.uid = "u-2", .allowed = false},
+      {.uid = "u-3",
+       .allowed = true,
+       .patch = R"([{"op":"add","path":"/a","value":"x\"y"}])",
+       .warnings = {"w1", controls},
+       .audit_annotations = {{"token-volume", "wisp-sa-token audience=sts"}, {"a", controls}}},
+      {.uid = controls,
+       .allowed = false,
+       .warnings = {""},
+       .message = "pods \"x\" is forbidden: " + controls,
+       .code = 403,
+       .reason = "Forbidden"},
+      {.uid = "u-5", .allowed = true, .message = "note", .code = -1},
+      {.uid = "u-6", .allowed = true, .reason = "only a reason"},
+  };
+  for (const auto& api : {"admission.k8s.io/v1", "admission.k8s.io/v1beta1", ""}) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SCOPED_TRACE(std::string(api) + " case " + std::to_string(i));
+      EXPECT_EQ(EncodeAdmissionReview(api, cases[i]), ReferenceEncoding(api, cases[i]));
+    }
+  }
+  for (const std::string bad :
+       {"\xff", "a\xc3", "\xe0\x80\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80"}) {
+    AdmissionResponse r{.uid = "u", .message = bad};
+    EXPECT_THROW(ReferenceEncoding("", r), Json::type_error);
+    EXPECT_THROW(EncodeAdmissionReview("", r), Json::type_error);
+  }
 }
 
 }  // namespace

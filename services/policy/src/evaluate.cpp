@@ -105,7 +105,14 @@ Verdict EvaluateMutate(const AdmissionInput& in, const Policy& policy, const Rec
     if (go_on && !patch.empty() && total.mutated) {
       ++mutations;
       last_patch = std::move(patch);
-      if (!changed) changed = in;
+      if (!changed) {
+        // Everything but the object, which is replaced at once: copying it too would deep-copy
+        // the whole input tree for nothing.
+        changed.emplace();
+        changed->call = in.call;
+        changed->old_object = in.old_object;
+        changed->now_unix = in.now_unix;
+      }
       changed->object = *total.mutated;
       current = &*changed;
     }

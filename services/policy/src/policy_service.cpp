@@ -23,7 +23,21 @@ PolicyMetrics::PolicyMetrics(prometheus::Registry& registry)
                         .Register(registry)) {}
 
 void PolicyMetrics::Decision(const std::string& rule, const std::string& outcome) {
-  decisions.Add({{"rule", rule}, {"outcome", outcome}}).Increment();
+  std::string key;
+  key.reserve(rule.size() + outcome.size() + 1);
+  key.append(rule).append("/").append(outcome);
+  prometheus::Counter* counter;
+  {
+    std::lock_guard lock(mu_);
+    auto it = decision_children_.find(key);
+    if (it == decision_children_.end()) {
+      it = decision_children_
+               .emplace(std::move(key), &decisions.Add({{"rule", rule}, {"outcome", outcome}}))
+               .first;
+    }
+    counter = it->second;
+  }
+  counter->Increment();
 }
 
 PolicyService::PolicyService(bus::KeyValue& pods, bus::KeyValue& sources, Policy policy,

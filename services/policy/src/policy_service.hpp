@@ -17,8 +17,10 @@
 //   policy::PolicyMetrics metrics(registry);
 //   policy::PolicyService service(*pods_kv, *sources_kv, policy, clock, metrics);
 //   WISP_RETURN_IF_ERROR(service.AddEndpoints(*micro));   // micro = bus::Service (wisp-policy)
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
@@ -38,6 +40,12 @@ struct PolicyMetrics {
   prometheus::Family<prometheus::Counter>& decisions;         // wisp_policy_rule_decisions_total
   prometheus::Family<prometheus::Counter>& invalid_requests;  // wisp_policy_invalid_requests_total
   prometheus::Family<prometheus::Counter>& record_writes;     // wisp_policy_record_writes_total
+
+ private:
+  // Decision() children by "rule/outcome": a Family lookup builds and hashes the label set under
+  // the family's lock, on every request otherwise.
+  std::mutex mu_;
+  std::map<std::string, prometheus::Counter*, std::less<>> decision_children_;
 };
 
 class PolicyService {

@@ -1,7 +1,12 @@
 #include "admission/admission_handler.hpp"
 
 #include <algorithm>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
 
+#include "admission/review_call.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/config/flags.hpp"
@@ -73,117 +78,176 @@ v1::AdmissionCall ToAdmissionCall(const k8s::AdmissionRequest& r,
   return call;
 }
 
+struct AdmissionHandler::State {
+  State(prometheus::Registry& registry, AdmissionOptions o)
+      : options(std::move(o)), metrics(registry) {
+    duration[0] =
+        &metrics.duration_seconds.Add({{"webhook", "validate"}}, metrics::LatencyBuckets());
+    duration[1] = &metrics.duration_seconds.Add({{"webhook", "mutate"}}, metrics::LatencyBuckets());
+  }
+
+  http::Response Fail(std::string_view webhook, const std::string& kind, int status,
+                      const std::string& message) {
+    // Not through the cache: `kind` may be anything a client sent.
+    metrics.requests_total
+        .Add({{"webhook", std::string(webhook)},
+              {"kind", kind.empty() ? "unknown" : kind},
+              {"outcome", "error"}})
+        .Increment();
+    return http::Response::Error(status, message);
+  }
+
+  // The counter for (webhook, kind, outcome) of an admitted kind, cached: a Family lookup hashes
+  // the whole label set under the family's lock.
+  prometheus::Counter& Requests(bool mutate, const std::string& kind, std::string_view outcome) {
+    const std::string_view webhook = Webhook(mutate);
+    std::string key;
+    key.reserve(webhook.size() + kind.size() + outcome.size() + 2);
+    key.append(webhook).append("/").append(kind).append("/").append(outcome);
+    std::lock_guard lock(mu);
+    auto it = requests.find(key);
+    if (it != requests.end()) return *it->second;
+    auto& counter = metrics.requests_total.Add(
+        {{"webhook", std::string(webhook)}, {"kind", kind}, {"outcome", std::string(outcome)}});
+    requests.emplace(std::move(key), &counter);
+    return counter;
+  }
+
+  const AdmissionOptions options;
+  AdmissionMetrics metrics;
+  prometheus::Histogram* duration[2];  // [mutate]
+  std::mutex mu;
+  std::map<std::string, prometheus::Counter*, std::less<>> requests;  // "webhook/kind/outcome"
+};
+
 AdmissionHandler::AdmissionHandler(bus::Requester& bus, prometheus::Registry& registry,
                                    AdmissionOptions options)
-    : bus_(bus), options_(std::move(options)), metrics_(registry) {}
-
-http::Response AdmissionHandler::Fail(std::string_view webhook, const std::string& kind, int status,
-                                      const std::string& message) {
-  metrics_.requests_total
-      .Add({{"webhook", std::string(webhook)},
-            {"kind", kind.empty() ? "unknown" : kind},
-            {"outcome", "error"}})
-      .Increment();
-  return http::Response::Error(status, message);
-}
+    : bus_(bus), state_(std::make_shared<State>(registry, std::move(options))) {}
 
 http::Response AdmissionHandler::Handle(const http::Request& request, bool mutate) {
+  std::promise<http::Response> answer;
+  auto future = answer.get_future();
+  HandleAsync(request, mutate,
+              http::Responder([&answer](http::Response r) { answer.set_value(std::move(r)); }));
+  return future.get();
+}
+
+void AdmissionHandler::HandleAsync(const http::Request& request, bool mutate,
+                                   http::Responder done) {
   static const auto logger = log::Get("admission");
   const auto start = Clock::now();
   const std::string_view webhook = Webhook(mutate);
-  struct Timer {
-    prometheus::Histogram& h;
-    Clock::time_point start;
-    ~Timer() { h.Observe(std::chrono::duration<double>(Clock::now() - start).count()); }
-  } timer{
-      metrics_.duration_seconds.Add({{"webhook", std::string(webhook)}}, metrics::LatencyBuckets()),
-      start};
+  State& st = *state_;
+  prometheus::Histogram* duration = st.duration[mutate ? 1 : 0];
+  auto answer = [&](http::Response r) {
+    duration->Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    done(std::move(r));
+  };
 
   std::string_view content_type = request.Header("content-type");
   if (!IsJson(content_type)) {
-    return Fail(webhook, "", 400,
-                "Content-Type \"" + std::string(content_type) + "\" is not application/json");
+    return answer(
+        st.Fail(webhook, "", 400,
+                "Content-Type \"" + std::string(content_type) + "\" is not application/json"));
   }
-  if (request.body.size() > options_.max_body_bytes) {
-    return Fail(webhook, "", 413,
-                "request body of " + std::to_string(request.body.size()) + " bytes exceeds " +
-                    std::to_string(options_.max_body_bytes) + " bytes");
+  if (request.body.size() > st.options.max_body_bytes) {
+    return answer(st.Fail(webhook, "", 413,
+                          "request body of " + std::to_string(request.body.size()) +
+                              " bytes exceeds " + std::to_string(st.options.max_body_bytes) +
+                              " bytes"));
   }
-  std::chrono::milliseconds budget = options_.max_timeout;
+  std::chrono::milliseconds budget = st.options.max_timeout;
   if (auto t = request.Query("timeout")) {
     auto d = config::ParseDuration(*t);
     if (!d.ok() || d->count() <= 0) {
-      return Fail(webhook, "", 400, "timeout \"" + *t + "\" is not a positive duration");
+      return answer(st.Fail(webhook, "", 400, "timeout \"" + *t + "\" is not a positive duration"));
     }
     budget = std::min(budget, *d);
   }
-  auto review = k8s::ParseAdmissionReview(request.body);
-  if (!review.ok()) return Fail(webhook, "", 400, std::string(review.status().message()));
-  const k8s::AdmissionRequest& r = review->request;
-  const std::string kind = r.kind.kind;
-  if (!IsAdmittedKind(r.kind.group, r.kind.kind)) {
-    return Fail(webhook, kind, 400,
-                "request.kind \"" + r.kind.ApiVersion() + ", Kind=" + r.kind.kind +
-                    "\" is not admitted by wisp (v1 Pod, v1 PersistentVolumeClaim, kubevirt.io "
-                    "VirtualMachineInstance, cdi.kubevirt.io DataVolume, wisp.dev "
-                    "VolumeImportSource)");
+  auto review = ParseReviewCall(request.body, st.options.kubernetes_version);
+  if (!review.ok())
+    return answer(st.Fail(webhook, "", 400, std::string(review.status().message())));
+  const v1::AdmissionCall& call = review->call;
+  const v1::GroupVersionKind& gvk = call.kind();
+  if (!IsAdmittedKind(gvk.group(), gvk.kind())) {
+    const std::string api_version =
+        gvk.group().empty() ? gvk.version() : gvk.group() + "/" + gvk.version();
+    return answer(st.Fail(webhook, gvk.kind(), 400,
+                          "request.kind \"" + api_version + ", Kind=" + gvk.kind() +
+                              "\" is not admitted by wisp (v1 Pod, v1 PersistentVolumeClaim, "
+                              "kubevirt.io VirtualMachineInstance, cdi.kubevirt.io DataVolume, "
+                              "wisp.dev VolumeImportSource)"));
   }
-  log::ScopedRequestId rid(r.uid);
   // Keep a margin so the answer (fail-open/closed included) leaves before the caller's deadline.
   auto margin = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(100), budget / 10);
   auto call_timeout =
       std::max<std::chrono::milliseconds>(std::chrono::milliseconds(1), budget - margin);
-  bus::Headers headers{{std::string(bus::kHeaderRequestId), r.uid}};
-  auto verdict = bus::Call<v1::AdmissionVerdict>(
-      bus_, mutate ? bus::subjects::kPolicyMutate : bus::subjects::kPolicyValidate,
-      ToAdmissionCall(r, options_.kubernetes_version), call_timeout, headers);
-
-  k8s::AdmissionResponse resp;
-  resp.uid = r.uid;
-  std::string outcome;
-  if (!verdict.ok() && absl::IsInvalidArgument(verdict.status())) {
-    return Fail(webhook, kind, 400, std::string(verdict.status().message()));
-  }
-  if (!verdict.ok()) {
-    const std::string why =
-        "wisp policy unavailable: " + std::string(StatusCodeName(verdict.status().code())) + ": " +
-        std::string(verdict.status().message());
-    SPDLOG_LOGGER_WARN(logger, "{} {} {}/{}: {}", webhook, kind, r.namespace_, r.name, why);
-    if (options_.failure_mode == FailureMode::kOpen) {
-      resp.allowed = true;
-      resp.warnings.push_back(why + "; admitted unchanged (failure mode open)");
-      outcome = "fail_open";
-    } else {
-      resp.allowed = false;
-      resp.code = 500;
-      resp.message = why;
-      outcome = "fail_closed";
-    }
-  } else {
-    resp.allowed = verdict->allowed();
-    resp.patch = resp.allowed ? verdict->patch() : "";
-    resp.warnings.assign(verdict->warnings().begin(), verdict->warnings().end());
-    for (const auto& [k, v] : verdict->audit_annotations()) resp.audit_annotations[k] = v;
-    if (!resp.allowed) {
-      resp.message = verdict->message();
-      resp.code = verdict->code() != 0 ? verdict->code() : 403;
-      resp.reason = verdict->reason();
-    }
-    outcome = resp.allowed ? "allowed" : "denied";
-    SPDLOG_LOGGER_DEBUG(logger, "{} {} {}/{}: {} patch={}B", webhook, kind, r.namespace_, r.name,
-                        outcome, resp.patch.size());
-  }
-  metrics_.requests_total
-      .Add({{"webhook", std::string(webhook)}, {"kind", kind}, {"outcome", outcome}})
-      .Increment();
-  return http::Response::Json(200, k8s::EncodeAdmissionReview(review->api_version, resp));
+  bus::Headers headers{{std::string(bus::kHeaderRequestId), call.uid()}};
+  // What the answer needs once the policy replies; the request is gone by then.
+  struct Pending {
+    std::string api_version, uid, kind, namespace_, name;
+  };
+  auto pending = std::make_shared<Pending>(Pending{std::move(review->api_version), call.uid(),
+                                                   gvk.kind(), call.namespace_(), call.name()});
+  bus::CallAsync<v1::AdmissionVerdict>(
+      bus_, mutate ? bus::subjects::kPolicyMutate : bus::subjects::kPolicyValidate, call,
+      call_timeout, headers,
+      [state = state_, mutate, start, duration, pending,
+       done](absl::StatusOr<v1::AdmissionVerdict> verdict) {
+        const std::string_view webhook = Webhook(mutate);
+        const Pending& p = *pending;
+        log::ScopedRequestId rid(p.uid);
+        auto finish = [&](http::Response resp) {
+          duration->Observe(std::chrono::duration<double>(Clock::now() - start).count());
+          done(std::move(resp));
+        };
+        if (!verdict.ok() && absl::IsInvalidArgument(verdict.status())) {
+          return finish(state->Fail(webhook, p.kind, 400, std::string(verdict.status().message())));
+        }
+        k8s::AdmissionResponse resp;
+        resp.uid = p.uid;
+        std::string_view outcome;
+        if (!verdict.ok()) {
+          const std::string why =
+              "wisp policy unavailable: " + std::string(StatusCodeName(verdict.status().code())) +
+              ": " + std::string(verdict.status().message());
+          SPDLOG_LOGGER_WARN(logger, "{} {} {}/{}: {}", webhook, p.kind, p.namespace_, p.name, why);
+          if (state->options.failure_mode == FailureMode::kOpen) {
+            resp.allowed = true;
+            resp.warnings.push_back(why + "; admitted unchanged (failure mode open)");
+            outcome = "fail_open";
+          } else {
+            resp.allowed = false;
+            resp.code = 500;
+            resp.message = why;
+            outcome = "fail_closed";
+          }
+        } else {
+          resp.allowed = verdict->allowed();
+          if (resp.allowed) resp.patch = std::move(*verdict->mutable_patch());
+          resp.warnings.assign(verdict->warnings().begin(), verdict->warnings().end());
+          for (const auto& [k, v] : verdict->audit_annotations()) resp.audit_annotations[k] = v;
+          if (!resp.allowed) {
+            resp.message = verdict->message();
+            resp.code = verdict->code() != 0 ? verdict->code() : 403;
+            resp.reason = verdict->reason();
+          }
+          outcome = resp.allowed ? "allowed" : "denied";
+          SPDLOG_LOGGER_DEBUG(logger, "{} {} {}/{}: {} patch={}B", webhook, p.kind, p.namespace_,
+                              p.name, outcome, resp.patch.size());
+        }
+        state->Requests(mutate, p.kind, outcome).Increment();
+        finish(http::Response::Json(200, k8s::EncodeAdmissionReview(p.api_version, resp)));
+      });
 }
 
 void RegisterAdmissionRoutes(http::Server& server, AdmissionHandler& handler) {
-  server.Handle("POST", "/mutate",
-                [&handler](const http::Request& r) { return handler.Mutate(r); });
-  server.Handle("POST", "/validate",
-                [&handler](const http::Request& r) { return handler.Validate(r); });
+  server.HandleAsync("POST", "/mutate", [&handler](const http::Request& r, http::Responder done) {
+    handler.HandleAsync(r, true, std::move(done));
+  });
+  server.HandleAsync("POST", "/validate", [&handler](const http::Request& r, http::Responder done) {
+    handler.HandleAsync(r, false, std::move(done));
+  });
 }
 
 }  // namespace wisp::gateway::admission

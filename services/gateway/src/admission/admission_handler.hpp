@@ -19,6 +19,9 @@
 //     answers: closed -> allowed:false, status.code 500, message "wisp policy unavailable: <why>";
 //     open -> allowed:true with the warning "wisp policy unavailable: <why>; admitted unchanged
 //     (failure mode open)".
+//   - No thread waits for wisp-policy: the routes are asynchronous (HandleAsync), so the requests
+//   in
+//     flight are bounded by the bus timeout, not by the HTTP server's threads.
 //   - Metrics: wisp_gateway_admission_requests_total{webhook,kind,outcome} with outcome
 //     allowed|denied|error|fail_open|fail_closed, wisp_gateway_admission_duration_seconds{webhook}.
 //
@@ -28,6 +31,7 @@
 //        .kubernetes_version = "1.30"});
 //   admission::RegisterAdmissionRoutes(*https, admission);  // keep `admission` alive meanwhile
 #include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -70,17 +74,21 @@ class AdmissionHandler {
  public:
   AdmissionHandler(bus::Requester& bus, prometheus::Registry& registry, AdmissionOptions options);
 
+  // Answers through `done` once wisp-policy has (bus::Requester::RequestAsync), so no thread waits
+  // for the bus; `done` runs on the calling thread for the answers that need no bus call, or on a
+  // bus thread. What the HTTP routes use.
+  void HandleAsync(const http::Request& request, bool mutate, http::Responder done);
+  // The same, waiting for the answer (tests, tools).
+  http::Response Handle(const http::Request& request, bool mutate);
   http::Response Mutate(const http::Request& request) { return Handle(request, true); }
   http::Response Validate(const http::Request& request) { return Handle(request, false); }
-  http::Response Handle(const http::Request& request, bool mutate);
 
  private:
-  http::Response Fail(std::string_view webhook, const std::string& kind, int status,
-                      const std::string& message);
-
+  // Options and metrics, shared with the bus callbacks still pending, so an answer that arrives
+  // after the handler is gone (shutdown) touches nothing freed.
+  struct State;
   bus::Requester& bus_;
-  AdmissionOptions options_;
-  AdmissionMetrics metrics_;
+  std::shared_ptr<State> state_;
 };
 
 void RegisterAdmissionRoutes(http::Server& server, AdmissionHandler& handler);

@@ -101,6 +101,18 @@ class Requester {
   virtual absl::StatusOr<Message> Request(std::string_view subject, std::string_view data,
                                           std::chrono::milliseconds timeout,
                                           const Headers& headers = {}) = 0;
+
+  // Completion of RequestAsync: the reply, or the error Request() would have returned.
+  using ReplyCallback = std::function<void(absl::StatusOr<Message>)>;
+  // Request() without holding a thread while the reply travels: sends and returns at once, and
+  // `done` runs exactly once, with the reply or the same errors as Request() (DeadlineExceeded
+  // once `timeout` has passed). It runs on a bus thread (NatsBus: the reply-delivery thread, or its
+  // timer thread on a timeout), or on the calling thread before RequestAsync returns when the
+  // request cannot even be sent; so it must be quick and must not block. This default runs
+  // Request() and then `done` on the calling thread, which keeps fakes synchronous.
+  virtual void RequestAsync(std::string_view subject, std::string_view data,
+                            std::chrono::milliseconds timeout, const Headers& headers,
+                            ReplyCallback done);
 };
 
 class Subscriber {

@@ -10,6 +10,10 @@
 //     re-established by nats.c, so Serve/Subscribe handlers serve again without any action.
 //     While disconnected, Request fails fast with Unavailable; Publish is buffered by nats.c.
 //   - SendAsap is always on (without it nats.c holds a small write about 1 ms).
+//   - RequestAsync shares one wildcard reply subscription (<inbox>.*, made on first use) and one
+//     timer thread per connection; its callback runs on that subscription's delivery thread (or the
+//     timer thread on a timeout, or the caller's when the bus is not connected). Drain() and
+//     destruction fail the requests still pending with Unavailable.
 //   - Request sends Wisp-Timeout-Ms (the timeout) and Wisp-Request-Id (the caller's, else the
 //     thread's wisp::log request id, else a fresh random id). Transport errors map NATS_TIMEOUT ->
 //     DeadlineExceeded, NATS_NO_RESPONDERS / NATS_CONNECTION_CLOSED -> Unavailable; a reply with
@@ -99,6 +103,9 @@ class NatsBus final : public Bus {
   absl::StatusOr<Message> Request(std::string_view subject, std::string_view data,
                                   std::chrono::milliseconds timeout,
                                   const Headers& headers = {}) override;
+  void RequestAsync(std::string_view subject, std::string_view data,
+                    std::chrono::milliseconds timeout, const Headers& headers,
+                    ReplyCallback done) override;
   absl::StatusOr<std::vector<Message>> RequestMany(std::string_view subject, std::string_view data,
                                                    std::chrono::milliseconds timeout,
                                                    int max_replies = 0,

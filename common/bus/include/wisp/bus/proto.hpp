@@ -7,6 +7,8 @@
 //   auto req = bus::ParseBody<v1::IssueRequest>(request);   // InvalidArgument when it does not
 //   parse if (!req.ok()) return bus::Reply::Error(req.status()); return bus::ProtoReply(response);
 #include <chrono>
+#include <functional>
+#include <string>
 #include <string_view>
 
 #include <google/protobuf/message_lite.h>
@@ -31,6 +33,29 @@ absl::StatusOr<Resp> Call(Requester& requester, std::string_view subject,
                                resp.GetTypeName());
   }
   return resp;
+}
+
+// Call() without holding a thread: `done` gets the parsed reply or the error, on the threads that
+// Requester::RequestAsync names.
+template <typename Resp>
+void CallAsync(Requester& requester, std::string_view subject,
+               const google::protobuf::MessageLite& request, std::chrono::milliseconds timeout,
+               const Headers& headers, std::function<void(absl::StatusOr<Resp>)> done) {
+  std::string body;
+  if (!request.SerializeToString(&body)) {
+    return done(absl::InternalError("serializing " + request.GetTypeName()));
+  }
+  requester.RequestAsync(
+      subject, body, timeout, headers,
+      [subject = std::string(subject), done = std::move(done)](absl::StatusOr<Message> reply) {
+        if (!reply.ok()) return done(reply.status());
+        Resp resp;
+        if (!resp.ParseFromString(reply->data)) {
+          return done(
+              absl::DataLossError("reply on " + subject + " is not a valid " + resp.GetTypeName()));
+        }
+        done(std::move(resp));
+      });
 }
 
 template <typename Req>

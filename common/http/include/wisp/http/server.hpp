@@ -2,8 +2,12 @@
 // HTTP(S) serving for the gateway, the metrics endpoints and the sidecar's unix socket.
 //
 // Contract:
-//   - Handlers are synchronous: Response(const Request&). They run on the server's worker threads
-//     (ServerOptions::threads); a handler may block (a bus request) without stalling accept.
+//   - Handlers are synchronous, Response(const Request&), or asynchronous, void(const Request&,
+//     Responder). Both run on the server's worker threads (ServerOptions::threads). A synchronous
+//     handler that blocks (a bus request) holds its worker thread until it returns, so at most
+//     `threads` such requests are in flight. An asynchronous handler returns at once and answers
+//     later by calling the Responder from any thread (a bus callback), so the in-flight requests
+//     are not bounded by `threads`; use it for handlers that wait on the network.
 //   - Bodies are read raw into Request::body, at most max_body_bytes (413 beyond, with a JSON
 //     error); request line + headers at most 64 KiB; slow clients time out (read_timeout).
 //   - TLS when cert_file/key_file are set: TLS 1.2 minimum; the files are re-read when they change
@@ -87,6 +91,21 @@ struct StreamOptions {
   uint64_t max_body_bytes = 1ull << 40;  // 413 beyond (checked against Content-Length up front)
   int max_concurrent = 16;               // handlers running at once; 503 beyond
 };
+// Answers one request handed to an AsyncHandler. Copyable; call it once, from any thread (later
+// calls are ignored). When the last copy goes away without a call, the client gets a 500, so a lost
+// callback cannot leave a connection hanging. A response after Server::Stop is dropped.
+class Responder {
+ public:
+  Responder() = default;
+  explicit Responder(std::function<void(Response)> send);
+  void operator()(Response response) const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+// The handler may keep nothing of `request` past its return but what it copies.
+using AsyncHandler = std::function<void(const Request&, Responder)>;
 
 struct HostPort {
   std::string host;  // "0.0.0.0" when the address had none; IPv6 without brackets
@@ -123,6 +142,8 @@ class Server {
   // Registers a streaming handler for every path under a prefix (see the contract above).
   virtual void HandleStream(std::string method, std::string prefix, StreamHandler handler,
                             StreamOptions options = {}) = 0;
+  // Registers an asynchronous handler for an exact path. Register before Start().
+  virtual void HandleAsync(std::string method, std::string path, AsyncHandler handler) = 0;
   virtual absl::Status Start() = 0;
   virtual uint16_t port() const = 0;
   // Stops accepting, finishes in-flight requests (at most `grace`), joins the threads.

@@ -1,0 +1,172 @@
+#include "admission/review_call.hpp"
+
+#include <simdjson.h>
+
+#include <optional>
+
+#include "admission/admission_handler.hpp"
+#include "wisp/k8s/admission_review.hpp"
+
+namespace wisp::gateway::admission {
+namespace {
+
+namespace dom = simdjson::dom;
+
+// Reads the members named in `fields` from `obj`; false (so: take the slow path) on a duplicate of
+// one of them. Members not named are ignored, as ParseAdmissionReview ignores them.
+template <size_t N>
+bool Members(dom::object obj, const std::string_view (&names)[N],
+             std::optional<dom::element> (&out)[N]) {
+  for (dom::key_value_pair field : obj) {
+    for (size_t i = 0; i < N; ++i) {
+      if (field.key != names[i]) continue;
+      if (out[i]) return false;
+      out[i] = field.value;
+    }
+  }
+  return true;
+}
+
+bool IsNull(const std::optional<dom::element>& e) { return !e || e->is_null(); }
+
+// An optional string member: absent or null leaves `out` empty; false when it is another type.
+bool OptString(const std::optional<dom::element>& e, std::string* out) {
+  if (IsNull(e)) return true;
+  std::string_view s;
+  if (e->get_string().get(s)) return false;
+  out->assign(s);
+  return true;
+}
+
+bool ReqString(const std::optional<dom::element>& e, std::string* out) {
+  return OptString(e, out) && !out->empty();
+}
+
+// An optional object member: absent or null is fine (`obj` stays unset); false when not an object.
+bool OptObject(const std::optional<dom::element>& e, std::optional<dom::object>* obj) {
+  if (IsNull(e)) return true;
+  dom::object o;
+  if (e->get_object().get(o)) return false;
+  *obj = o;
+  return true;
+}
+
+// The fast path: nullopt whenever the body is not plainly a valid review.
+std::optional<ReviewCall> Fast(std::string_view body, const std::string& server_version) {
+  thread_local dom::parser parser;  // keeps its buffers between requests
+  dom::element doc;
+  if (parser.parse(body.data(), body.size()).get(doc)) return std::nullopt;
+  dom::object top;
+  if (doc.get_object().get(top)) return std::nullopt;
+  static constexpr std::string_view kTop[] = {"apiVersion", "kind", "request"};
+  std::optional<dom::element> t[3];
+  if (!Members(top, kTop, t)) return std::nullopt;
+  ReviewCall out;
+  std::string kind;
+  if (!ReqString(t[0], &out.api_version) || !ReqString(t[1], &kind)) return std::nullopt;
+  if (out.api_version != k8s::kAdmissionApiVersion &&
+      out.api_version != k8s::kAdmissionApiVersionBeta) {
+    return std::nullopt;
+  }
+  if (kind != k8s::kAdmissionReviewKind) return std::nullopt;
+  std::optional<dom::object> req;
+  if (!OptObject(t[2], &req) || !req) return std::nullopt;
+
+  static constexpr std::string_view kReq[] = {"uid",       "kind",      "resource",  "subResource",
+                                              "operation", "name",      "namespace", "userInfo",
+                                              "object",    "oldObject", "dryRun"};
+  std::optional<dom::element> r[11];
+  if (!Members(*req, kReq, r)) return std::nullopt;
+  v1::AdmissionCall& call = out.call;
+  std::string s;
+  if (!ReqString(r[0], &s)) return std::nullopt;
+  call.set_uid(s);
+
+  std::optional<dom::object> gvk;
+  if (!OptObject(r[1], &gvk) || !gvk) return std::nullopt;
+  static constexpr std::string_view kGvk[] = {"group", "version", "kind"};
+  std::optional<dom::element> g[3];
+  if (!Members(*gvk, kGvk, g)) return std::nullopt;
+  std::string group, version, k;
+  if (!OptString(g[0], &group) || !ReqString(g[1], &version) || !ReqString(g[2], &k)) {
+    return std::nullopt;
+  }
+  call.mutable_kind()->set_group(group);
+  call.mutable_kind()->set_version(version);
+  call.mutable_kind()->set_kind(k);
+
+  std::optional<dom::object> gvr;
+  if (!OptObject(r[2], &gvr)) return std::nullopt;
+  if (gvr) {
+    static constexpr std::string_view kGvr[] = {"group", "version", "resource"};
+    std::optional<dom::element> v[3];
+    if (!Members(*gvr, kGvr, v)) return std::nullopt;
+    std::string rg, rv, rr;
+    if (!OptString(v[0], &rg) || !OptString(v[1], &rv) || !OptString(v[2], &rr)) {
+      return std::nullopt;
+    }
+    call.mutable_resource()->set_group(rg);
+    call.mutable_resource()->set_version(rv);
+    call.mutable_resource()->set_kind(rr);
+  } else {
+    call.mutable_resource();  // ToAdmissionCall always sets it (empty)
+  }
+  std::string sub, op, name, ns;
+  if (!OptString(r[3], &sub) || !ReqString(r[4], &op) || !OptString(r[5], &name) ||
+      !OptString(r[6], &ns)) {
+    return std::nullopt;
+  }
+  if (op != "CREATE" && op != "UPDATE" && op != "DELETE" && op != "CONNECT") return std::nullopt;
+  call.set_sub_resource(sub);
+  call.set_operation(op);
+  call.set_name(name);
+  call.set_namespace_(ns);
+
+  std::optional<dom::object> ui;
+  if (!OptObject(r[7], &ui)) return std::nullopt;
+  auto* user = call.mutable_user();
+  if (ui) {
+    static constexpr std::string_view kUser[] = {"username", "uid", "groups"};
+    std::optional<dom::element> u[3];
+    if (!Members(*ui, kUser, u)) return std::nullopt;
+    std::string username, uid;
+    if (!OptString(u[0], &username) || !OptString(u[1], &uid)) return std::nullopt;
+    user->set_username(username);
+    user->set_uid(uid);
+    if (!IsNull(u[2])) {
+      dom::array groups;
+      if (u[2]->get_array().get(groups)) return std::nullopt;
+      for (dom::element e : groups) {
+        std::string_view group_name;
+        if (e.get_string().get(group_name)) return std::nullopt;
+        user->add_groups(std::string(group_name));
+      }
+    }
+  }
+  std::optional<dom::object> object, old_object;
+  if (!OptObject(r[8], &object) || !OptObject(r[9], &old_object)) return std::nullopt;
+  if (!object && (op == "CREATE" || op == "UPDATE")) return std::nullopt;
+  if (object) call.set_object_json(simdjson::minify(*r[8]));
+  if (old_object) call.set_old_object_json(simdjson::minify(*r[9]));
+  if (!IsNull(r[10])) {
+    bool dry_run = false;
+    if (r[10]->get_bool().get(dry_run)) return std::nullopt;
+    call.set_dry_run(dry_run);
+  }
+  call.set_server_version(server_version);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ReviewCall> ParseReviewCall(std::string_view body,
+                                           const std::string& server_version) {
+  if (auto fast = Fast(body, server_version)) return *std::move(fast);
+  WISP_ASSIGN_OR_RETURN(k8s::AdmissionReview review, k8s::ParseAdmissionReview(body));
+  ReviewCall out;
+  out.api_version = std::move(review.api_version);
+  out.call = ToAdmissionCall(review.request, server_version);
+  return out;
+}
+
+}  // namespace wisp::gateway::admission
