@@ -32,6 +32,8 @@ struct GatewaySettings {
   std::string target_root = "/var/lib/kubelet";
   std::string staging_root;
   std::string default_node;
+  std::chrono::milliseconds projection_purge_interval = std::chrono::hours(1);
+  std::chrono::milliseconds projection_purge_age = std::chrono::minutes(10);
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& settings);
