@@ -487,6 +487,48 @@ TEST_F(NatsBusTest, KeyValueWatch) {
   EXPECT_THAT(seen, ::testing::ElementsAre("pods.a=1", "<end>", "pods.b=2", "pods.a=(del)"));
 }
 
+// Tests that PurgeDeletes removes the old delete markers from the bucket's stream (its message
+// count drops), keeps younger markers with an age and live keys always, and that a purged key can
+// be created again. nats.c measures a marker's age by its stream timestamp against local time.
+TEST_F(NatsBusTest, KeyValuePurgeDeletes) {
+  auto kv = bus_->OpenBucket({.name = "it_purge"});
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  auto messages = [&]() -> int64_t {
+    auto info = bus_->Request("$JS.API.STREAM.INFO.KV_it_purge", "", 2s);
+    if (!info.ok()) return -1;
+    const auto at = info->data.find("\"messages\":");
+    return at == std::string::npos ? -1 : std::stoll(info->data.substr(at + 11));
+  };
+  ASSERT_TRUE((*kv)->Put("live", "v").ok());
+  for (const char* k : {"old.1", "old.2"}) {
+    ASSERT_TRUE((*kv)->Put(k, "v").ok());
+    ASSERT_TRUE((*kv)->Delete(k).ok());
+  }
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE((*kv)->Put("young", "v").ok());
+  ASSERT_TRUE((*kv)->Delete("young").ok());
+  EXPECT_EQ(messages(), 4);  // one message per key (history 1): a value or a marker
+
+  ASSERT_TRUE((*kv)->PurgeDeletes(1h).ok());  // every marker is younger
+  EXPECT_EQ(messages(), 4);
+  ASSERT_TRUE((*kv)->PurgeDeletes(1s).ok());
+  EXPECT_EQ(messages(), 2);                   // live + young's marker
+  ASSERT_TRUE((*kv)->PurgeDeletes(1s).ok());  // idempotent
+  EXPECT_EQ(messages(), 2);
+  ASSERT_TRUE((*kv)->PurgeDeletes(0ms).ok());  // 0: every marker
+  EXPECT_EQ(messages(), 1);
+  EXPECT_EQ((*kv)->Get("live")->value, "v");
+  EXPECT_THAT(*(*kv)->Keys(), ::testing::ElementsAre("live"));
+  EXPECT_TRUE((*kv)->Create("old.1", "again").ok());
+  EXPECT_EQ((*kv)->PurgeDeletes(-1ms).code(), absl::StatusCode::kInvalidArgument);
+
+  // A bucket without markers, and an empty one, purge cleanly too.
+  ASSERT_TRUE((*kv)->PurgeDeletes(0ms).ok());
+  auto empty = bus_->OpenBucket({.name = "it_purge_empty"});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE((*empty)->PurgeDeletes(0ms).ok());
+}
+
 // Tests that after nats-server is SIGKILLed and restarted on the same port the bus reconnects
 // and the same subscription serves again, with the metrics telling the story.
 TEST_F(NatsBusTest, ReconnectsAfterServerKill) {

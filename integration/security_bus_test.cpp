@@ -555,5 +555,33 @@ TEST_F(BusPermissionsTest, OnlyTokenAnnouncesKeys) {
   EXPECT_EQ(tap->n.load(), 1) << "a forged key-change event reached the gateway";
 }
 
+// Tests that the gateway user may purge wisp_projections' delete markers (CSI MarkerPurger:
+// KeyValue::PurgeDeletes, i.e. an ordered consumer plus $JS.API.STREAM.PURGE.KV_wisp_projections)
+// and that a user without the bucket may not purge its stream.
+TEST_F(BusPermissionsTest, GatewayPurgesProjectionMarkers) {
+  auto gw = Connect("wisp-gateway");
+  ASSERT_NE(gw, nullptr);
+  auto kv = gw->OpenBucket(bus::BucketConfig{.name = std::string(bus::buckets::kProjections)});
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  ASSERT_TRUE((*kv)->Put("purge-live", "v").ok());
+  ASSERT_TRUE((*kv)->Put("purge-probe", "v").ok());
+  ASSERT_TRUE((*kv)->Delete("purge-probe").ok());
+  auto last = [&](const std::string& key) {
+    auto r = gw->Request("$JS.API.STREAM.MSG.GET.KV_wisp_projections",
+                         R"({"last_by_subj":"$KV.wisp_projections.)" + key + R"("})", 2s);
+    return r.ok() ? r->data : r.status().ToString();
+  };
+  EXPECT_NE(last("purge-probe").find("\"message\""), std::string::npos);  // the marker
+  auto st = (*kv)->PurgeDeletes(0ms);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(last("purge-probe").find("\"message\""), std::string::npos) << "marker still there";
+  EXPECT_TRUE((*kv)->Get("purge-live").ok());
+
+  auto policy = Connect("wisp-policy");
+  ASSERT_NE(policy, nullptr);
+  EXPECT_FALSE(policy->Request("$JS.API.STREAM.PURGE.KV_wisp_projections", "{}", 500ms).ok());
+  EXPECT_TRUE((*kv)->Get("purge-live").ok());
+}
+
 }  // namespace
 }  // namespace wisp::integration

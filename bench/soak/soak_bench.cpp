@@ -114,6 +114,10 @@ struct Options {
   double rss_goal_percent = 10;
   bool auth = true;
   std::string service_log_level = "info";
+  // wisp-gateway's --projection-purge-interval and --projection-purge-age; empty = its defaults
+  // (1h, 10m: no purge within a run).
+  std::string purge_interval;
+  std::string purge_age;
 };
 
 void Usage() {
@@ -123,7 +127,7 @@ void Usage() {
                "         [--rate-csi R (5, publish+unpublish cycles)] [--clients N (4 per op)]\n"
                "         [--warmup FRACTION (0.2)] [--rss-goal PERCENT (10)]\n"
                "         [--requests-per-connection N (100)] [--service-log-level LEVEL (info)]\n"
-               "         [--no-auth]\n"
+               "         [--projection-purge-interval D] [--projection-purge-age D] [--no-auth]\n"
                "A rate of 0 leaves that operation out. Needs root (tmpfs mounts).\n");
 }
 
@@ -142,6 +146,10 @@ std::optional<Options> ParseOptions(int argc, char** argv) {
     const bool numeric = end != nullptr && *end == '\0' && !v.empty();
     if (a == "--service-log-level") {
       o.service_log_level = v;
+    } else if (a == "--projection-purge-interval") {
+      o.purge_interval = v;
+    } else if (a == "--projection-purge-age") {
+      o.purge_age = v;
     } else if (!numeric) {
       return std::nullopt;
     } else if (a == "--duration") {
@@ -692,6 +700,13 @@ int main(int argc, char** argv) {
   for (const char* s : {"wisp-token", "wisp-policy", "wisp-populator", "wisp-gateway"}) {
     // Later flags win: the stack's default --log-level debug would measure spdlog, not wisp.
     stack_options.extra_args[s] = {"--log-level", o.service_log_level};
+  }
+  auto& gateway_args = stack_options.extra_args["wisp-gateway"];
+  if (!o.purge_interval.empty()) {
+    gateway_args.insert(gateway_args.end(), {"--projection-purge-interval", o.purge_interval});
+  }
+  if (!o.purge_age.empty()) {
+    gateway_args.insert(gateway_args.end(), {"--projection-purge-age", o.purge_age});
   }
   stack_options.extra_args["wisp-token"].insert(stack_options.extra_args["wisp-token"].end(),
                                                 {"--policy-file", policy_file});

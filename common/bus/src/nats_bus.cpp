@@ -1189,6 +1189,21 @@ class NatsKeyValue final : public KeyValue {
     return Err(kvStore_Delete(kv_, k.c_str()), "delete", k);
   }
 
+  absl::Status PurgeDeletes(std::chrono::milliseconds older_than) override {
+    if (older_than.count() < 0) {
+      return absl::InvalidArgumentError("kv purge-deletes " + bucket_ + ": negative age");
+    }
+    kvPurgeOptions o;
+    kvPurgeOptions_Init(&o);
+    // nats.c reads 0 as its own default (30 minutes) and a negative age as "every marker".
+    o.DeleteMarkersOlderThan =
+        older_than.count() == 0
+            ? -1
+            : std::chrono::duration_cast<std::chrono::nanoseconds>(older_than).count();
+    o.Timeout = 60'000;  // gathering the markers; on timeout the ones found are still purged
+    return Err(kvStore_PurgeDeletes(kv_, &o), "purge-deletes", "");
+  }
+
   absl::StatusOr<std::vector<std::string>> Keys() override {
     kvKeysList list{nullptr, 0};
     natsStatus s = kvStore_Keys(&list, kv_, nullptr);

@@ -404,6 +404,42 @@ TEST_F(InMemoryKvTest, WatchInitialThenChanges) {
   EXPECT_THAT(seen, ElementsAre("pods.a=1", "<end>", "pods.b=2", "pods.a=(del)"));
 }
 
+// Tests that PurgeDeletes drops the markers older than the age by the injected clock (every one
+// for 0), keeps live keys and younger markers, tells no watcher, and lets a purged key be created
+// again.
+TEST_F(InMemoryKvTest, PurgeDeletesDropsOldMarkers) {
+  ASSERT_TRUE(kv_->Put("live", "v").ok());
+  ASSERT_TRUE(kv_->Put("old", "v").ok());
+  ASSERT_TRUE(kv_->Delete("old").ok());
+  clock_.Advance(std::chrono::minutes(10));
+  ASSERT_TRUE(kv_->Put("young", "v").ok());
+  ASSERT_TRUE(kv_->Delete("young").ok());
+  clock_.Advance(std::chrono::minutes(1));
+  EXPECT_EQ(bus_.KvStoredCount("wisp_volumes"), 3u);
+  int changes = 0;
+  auto w = kv_->Watch(">", [&](const KvEntry& e) { changes += e.key.empty() ? 0 : 1; });
+  ASSERT_TRUE(w.ok());
+  const int initial = changes;
+
+  ASSERT_TRUE(kv_->PurgeDeletes(std::chrono::minutes(11)).ok());  // "old" is exactly 11 min old
+  EXPECT_EQ(bus_.KvStoredCount("wisp_volumes"), 3u);
+  ASSERT_TRUE(kv_->PurgeDeletes(std::chrono::minutes(5)).ok());
+  EXPECT_EQ(bus_.KvStoredCount("wisp_volumes"), 2u);             // live + young's marker
+  ASSERT_TRUE(kv_->PurgeDeletes(std::chrono::minutes(5)).ok());  // idempotent
+  EXPECT_EQ(bus_.KvStoredCount("wisp_volumes"), 2u);
+  ASSERT_TRUE(kv_->PurgeDeletes(std::chrono::milliseconds(0)).ok());
+  EXPECT_EQ(bus_.KvStoredCount("wisp_volumes"), 1u);
+  EXPECT_EQ(changes, initial);
+  EXPECT_EQ(kv_->Get("live")->value, "v");
+  EXPECT_THAT(*kv_->Keys(), ElementsAre("live"));
+  EXPECT_TRUE(kv_->Create("old", "again").ok());
+
+  EXPECT_EQ(kv_->PurgeDeletes(std::chrono::milliseconds(-1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  bus_.FailBucket("wisp_volumes", absl::UnavailableError("kv down"));
+  EXPECT_EQ(kv_->PurgeDeletes(std::chrono::milliseconds(0)), absl::UnavailableError("kv down"));
+}
+
 // Tests bucket faults and key validation.
 TEST_F(InMemoryKvTest, FaultsAndValidation) {
   EXPECT_EQ(kv_->Put("bad key", "v").status().code(), absl::StatusCode::kInvalidArgument);

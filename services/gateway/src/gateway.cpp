@@ -79,6 +79,22 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
                "Controller role: the node a CreateVolume without accessibility requirements goes "
                "to; empty = --node-name (right for the local stack, not for a controller "
                "Deployment, where external-provisioner sends topology).");
+  flags.Duration("projection-purge-interval", &s.projection_purge_interval,
+                 "Node role: how often to purge old delete markers from KV bucket "
+                 "wisp_projections (each NodeUnpublishVolume leaves one, and volume ids are unique "
+                 "per pod). Every node gateway does it; it is idempotent. 0 = never; else >= 1s.",
+                 [](std::chrono::milliseconds d) {
+                   return d.count() == 0 || d >= std::chrono::seconds(1)
+                              ? absl::OkStatus()
+                              : absl::InvalidArgumentError("must be 0 or at least 1s");
+                 });
+  flags.Duration("projection-purge-age", &s.projection_purge_age,
+                 "Node role: a wisp_projections delete marker is purged once it is this old "
+                 "(0 = every marker).",
+                 [](std::chrono::milliseconds d) {
+                   return d.count() >= 0 ? absl::OkStatus()
+                                         : absl::InvalidArgumentError("must not be negative");
+                 });
 }
 
 absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
@@ -172,6 +188,8 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
     options.target_roots = {settings.target_root};
     options.default_node = settings.default_node;
     if (!settings.staging_root.empty()) options.target_roots.push_back(settings.staging_root);
+    options.projection_purge_interval = settings.projection_purge_interval;
+    options.projection_purge_age = settings.projection_purge_age;
     gw->parts_->csi = std::make_unique<csi::CsiServer>(
         options, process.bus(), SystemClock::Instance(), gw->parts_->mounter, process.registry());
     WISP_RETURN_IF_ERROR(gw->parts_->csi->Start());

@@ -36,6 +36,9 @@ struct GatewaySettings {
   int64_t upload_max_bytes = 1ll << 40;
   int64_t upload_max_concurrent = 8;
   std::chrono::milliseconds upload_finish_timeout = std::chrono::minutes(10);
+  // Delete markers of wisp_projections (one per pod ever published on this node)
+  std::chrono::milliseconds projection_purge_interval = std::chrono::hours(1);
+  std::chrono::milliseconds projection_purge_age = std::chrono::minutes(10);
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& settings);

@@ -49,6 +49,7 @@ struct KvValue {
   std::string value;
   uint64_t revision = 0;
   bool deleted = false;
+  SysTime written;  // by the injected Clock, for PurgeDeletes
 };
 
 struct KvWatcher {
@@ -504,6 +505,20 @@ class InMemoryKeyValue final : public KeyValue {
     return Write(key, "", true, [](const KvValue*) { return absl::OkStatus(); }).status();
   }
 
+  absl::Status PurgeDeletes(std::chrono::milliseconds older_than) override {
+    if (older_than.count() < 0) {
+      return absl::InvalidArgumentError("kv purge-deletes " + bucket_ + ": negative age");
+    }
+    std::lock_guard lock(state_->mu);
+    WISP_ASSIGN_OR_RETURN(BucketState * b, BucketLocked({}));
+    // As nats.c: a marker goes when written before now - older_than (every marker for 0).
+    const SysTime cutoff = state_->clock.Now() - older_than;
+    std::erase_if(b->entries, [&](const auto& kv) {
+      return kv.second.deleted && (older_than.count() == 0 || kv.second.written < cutoff);
+    });
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::vector<std::string>> Keys() override {
     std::lock_guard lock(state_->mu);
     WISP_ASSIGN_OR_RETURN(BucketState * b, BucketLocked({}));
@@ -566,7 +581,7 @@ class InMemoryKeyValue final : public KeyValue {
       WISP_RETURN_IF_ERROR(check(it == b->entries.end() ? nullptr : &it->second));
       const uint64_t rev = ++b->seq;
       b->entries[std::string(key)] =
-          KvValue{deleted ? std::string() : std::string(value), rev, deleted};
+          KvValue{deleted ? std::string() : std::string(value), rev, deleted, state_->clock.Now()};
       entry = KvEntry{std::string(key), deleted ? std::string() : std::string(value), rev, deleted};
       for (const auto& [id, w] : b->watchers) {
         if (SubjectMatches(w.pattern, key)) watchers.push_back(w.handler);
@@ -795,6 +810,12 @@ size_t InMemoryBus::StreamSize(std::string_view stream) const {
   std::lock_guard lock(state_->mu);
   auto it = state_->streams.find(stream);
   return it == state_->streams.end() ? 0 : it->second.msgs.size();
+}
+
+size_t InMemoryBus::KvStoredCount(std::string_view bucket) const {
+  std::lock_guard lock(state_->mu);
+  auto it = state_->buckets.find(bucket);
+  return it == state_->buckets.end() ? 0 : it->second.entries.size();
 }
 
 size_t InMemoryBus::PendingCount(std::string_view stream, std::string_view durable) const {

@@ -16,6 +16,13 @@ prometheus::Family<prometheus::Counter>& Rotations(prometheus::Registry& registr
       .Register(registry);
 }
 
+prometheus::Family<prometheus::Counter>& Purges(prometheus::Registry& registry) {
+  return prometheus::BuildCounter()
+      .Name("wisp_gateway_projection_purges_total")
+      .Help("Purges of old delete markers from KV bucket wisp_projections, by result (ok|error)")
+      .Register(registry);
+}
+
 }  // namespace
 
 CsiMetrics::CsiMetrics(prometheus::Registry& registry)
@@ -33,7 +40,9 @@ CsiMetrics::CsiMetrics(prometheus::Registry& registry)
                         .Name("wisp_gateway_token_volumes")
                         .Help("Token volumes currently published on this node")
                         .Register(registry)
-                        .Add({})) {}
+                        .Add({})),
+      purges_ok(Purges(registry).Add({{"result", "ok"}})),
+      purges_error(Purges(registry).Add({{"result", "error"}})) {}
 
 void CsiMetrics::Request(const std::string& method, absl::StatusCode code, double seconds) {
   requests.Add({{"method", method}, {"code", std::string(StatusCodeName(code))}}).Increment();

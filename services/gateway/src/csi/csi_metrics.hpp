@@ -5,6 +5,8 @@
 //   wisp_gateway_csi_duration_seconds{method}         handler latency (histogram)
 //   wisp_gateway_token_rotations_total{result}        ok | error, for wisp-issued token volumes
 //   wisp_gateway_token_volumes                        token volumes published on this node (gauge)
+//   wisp_gateway_projection_purges_total{result}      ok | error, purges of old delete markers
+//                                                     from wisp_projections (MarkerPurger)
 //
 // Example:
 //   CsiMetrics metrics(registry);
@@ -33,6 +35,8 @@ struct CsiMetrics {
   prometheus::Counter& rotations_ok;
   prometheus::Counter& rotations_error;
   prometheus::Gauge& token_volumes;
+  prometheus::Counter& purges_ok;
+  prometheus::Counter& purges_error;
 };
 
 }  // namespace wisp::gateway::csi

@@ -12,6 +12,7 @@
 #include "csi/controller_service.hpp"
 #include "csi/csi_metrics.hpp"
 #include "csi/identity_service.hpp"
+#include "csi/marker_purger.hpp"
 #include "csi/node_service.hpp"
 #include "csi/projection_store.hpp"
 #include "csi/token_issuer.hpp"
@@ -54,6 +55,8 @@ struct CsiServer::Impl {
 
   std::unique_ptr<BusTokenIssuer> issuer;
   std::unique_ptr<KvProjectionStore> store;
+  bus::KeyValuePtr purge_kv;  // a handle of its own for the purger's thread
+  std::unique_ptr<MarkerPurger> purger;
   std::unique_ptr<NodeService> node;
   std::unique_ptr<ControllerService> controller;
   std::unique_ptr<IdentityService> identity;
@@ -86,8 +89,14 @@ struct CsiServer::Impl {
       for (const std::string& root : options.target_roots) {
         WISP_RETURN_IF_ERROR(fsutil::CheckAbsolute("csi-target-roots", root));
       }
+      WISP_RETURN_IF_ERROR(ValidateMarkerPurgerOptions(PurgerOptions()));
     }
     return absl::OkStatus();
+  }
+
+  MarkerPurgerOptions PurgerOptions() const {
+    return {.interval = options.projection_purge_interval,
+            .older_than = options.projection_purge_age};
   }
 
   absl::Status PrepareSocket() {
@@ -159,6 +168,9 @@ absl::Status CsiServer::Start() {
                                         return bus::ProtoReply(resp);
                                       }));
     s.node->StartRotation();
+    WISP_ASSIGN_OR_RETURN(s.purge_kv, s.bus.OpenBucket(bucket));
+    s.purger = std::make_unique<MarkerPurger>(*s.purge_kv, s.clock, s.PurgerOptions(), s.metrics);
+    s.purger->Start();
   }
   if (s.controller_role()) {
     ControllerOptions controller_options;
@@ -178,6 +190,7 @@ absl::Status CsiServer::Start() {
   s.server = builder.BuildAndStart();
   if (!s.server) {
     if (s.node) s.node->StopRotation();
+    if (s.purger) s.purger->Stop();
     return absl::UnavailableError("cannot listen on " + s.options.endpoint);
   }
   if (::chmod(s.socket_path.c_str(), 0660) != 0) {
@@ -201,6 +214,7 @@ void CsiServer::Stop() {
     s.capacity_sub.reset();
   }
   if (s.node) s.node->StopRotation();
+  if (s.purger) s.purger->Stop();
 }
 
 }  // namespace wisp::gateway::csi

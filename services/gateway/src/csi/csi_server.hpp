@@ -6,9 +6,10 @@
 //   - Start() validates the options (InvalidArgument naming the flag: csi-endpoint, csi-role,
 //     node-id, volume-root), opens KV bucket wisp_projections (node role), reloads the token
 //     volumes this node had published and resumes their rotation, serves
-//     wisp.v1.node.<node>.csi.capacity (node role), then listens. A stale socket file is replaced.
+//     wisp.v1.node.<node>.csi.capacity (node role), starts the purge of wisp_projections' old
+//     delete markers (node role, MarkerPurger), then listens. A stale socket file is replaced.
 //   - Stop() stops accepting calls, waits for in-flight ones (up to 5 s), stops rotation and
-//     removes the socket. The destructor calls Stop().
+//     and the purge, and removes the socket. The destructor calls Stop().
 //
 // Example (services/gateway/main.cpp):
 //   csi::CsiServerOptions options;
@@ -57,6 +58,10 @@ struct CsiServerOptions {
   // NATS micro services Probe needs ("" entries ignored). Empty = by role: wisp-token (node),
   // wisp-populator (controller).
   std::vector<std::string> probe_services;
+  // Node role: how often to purge wisp_projections' delete markers, and how old a marker must be
+  // to go (csi/marker_purger.hpp; flags projection-purge-interval and projection-purge-age).
+  std::chrono::milliseconds projection_purge_interval = std::chrono::hours(1);  // 0 = never
+  std::chrono::milliseconds projection_purge_age = std::chrono::minutes(10);
 };
 
 class CsiServer {

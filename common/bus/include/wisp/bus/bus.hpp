@@ -226,6 +226,16 @@ class KeyValue {
   virtual absl::StatusOr<uint64_t> Update(std::string_view key, std::string_view value,
                                           uint64_t revision) = 0;
   virtual absl::Status Delete(std::string_view key) = 0;
+  // Removes, for every key whose latest entry is a delete marker written more than `older_than`
+  // ago, that marker and whatever it hides; 0 removes every marker. Live keys and younger markers
+  // stay. A delete keeps its marker in the bucket's stream for good (a watcher must see it), so a
+  // bucket whose keys are deleted and never reused grows by one marker per key unless this runs
+  // from time to time. Idempotent; several processes may run it at once. NatsBus: nats.c
+  // kvStore_PurgeDeletes (an ordered consumer over the bucket, then one $JS.API.STREAM.PURGE per
+  // marker, by subject). Race: a key written again between the scan and its purge loses that new
+  // value, so use it only on buckets whose deleted keys are not written again (wisp_projections:
+  // volume ids are unique per pod). InvalidArgument for a negative `older_than`.
+  virtual absl::Status PurgeDeletes(std::chrono::milliseconds older_than) = 0;
   virtual absl::StatusOr<std::vector<std::string>> Keys() = 0;
   // Watches keys matching `pattern` (NATS wildcards; ">" for all). Handler runs on a bus thread.
   virtual absl::StatusOr<KvWatchPtr> Watch(std::string_view pattern, KvWatchHandler handler) = 0;

@@ -22,6 +22,8 @@
 //   - KV: revisions are per bucket and grow by one per write; Update is compare-and-set (Aborted on
 //     a stale revision); Delete leaves a marker (Get -> NotFound, Watch sees deleted=true); Watch
 //     delivers the current live entries, then the end marker (empty key), then every change.
+//     PurgeDeletes drops the markers written more than `older_than` ago by the injected Clock
+//     (KvStoredCount counts what is left, markers included).
 //     Not modelled: history beyond the latest value, TTLs, stream max_age.
 //   - Fault injection: FailSubject, DropReplies, ExpireRequests, FailBucket, SetConnected.
 //
@@ -94,6 +96,9 @@ class InMemoryBus final : public Bus {
   int RequestCount(std::string_view pattern = ">") const;
   // Messages currently stored in `stream` (work-queue streams shrink as messages are acked).
   size_t StreamSize(std::string_view stream) const;
+  // Entries stored in KV `bucket`, delete markers included (the stream's message count when the
+  // bucket keeps one revision per key).
+  size_t KvStoredCount(std::string_view bucket) const;
   // Messages of the durable consumer delivered and not yet acked/terminated.
   size_t PendingCount(std::string_view stream, std::string_view durable) const;
 
