@@ -173,7 +173,10 @@ absl::StatusOr<::csi::v1::CreateVolumeResponse> ControllerService::Create(
   }
 
   v1::CreateVolumeRequest create;
-  create.set_wait(true);
+  // The populator answers at once and WaitReady polls volume.get: a waiting create would hold one
+  // of the populator's bus serve threads for the whole import, and with one serve thread per
+  // subject every other CreateVolume on that instance would queue behind it.
+  create.set_wait(false);
   v1::VolumeSpec* spec = create.mutable_spec();
   spec->set_name(req.name());
   spec->set_capacity_bytes(capacity);
