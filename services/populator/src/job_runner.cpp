@@ -216,25 +216,10 @@ void JobRunner::Process(bus::JsMessage& msg) {
     result = spec.status();
   } else {
     Heartbeat heartbeat(msg, msg_mu, config_.heartbeat_interval);
-    auto last_status = clock_.Steady();
-    uint64_t reported_read = 0, reported_written = 0;
-    auto& gauge = metrics_.Progress(id);
+    ImportMeter meter(metrics_, id, clock_, config_.status_interval);
     ProgressFn progress = [&](const ImportProgress& p) -> absl::Status {
       if (stopping_) return absl::CancelledError("populator is shutting down");
-      if (p.bytes_read >= reported_read) {
-        metrics_.bytes_read.Increment(static_cast<double>(p.bytes_read - reported_read));
-        reported_read = p.bytes_read;
-      }
-      if (p.bytes_written >= reported_written) {
-        metrics_.bytes_written.Increment(static_cast<double>(p.bytes_written - reported_written));
-        reported_written = p.bytes_written;
-      }
-      if (auto r = p.Ratio()) gauge.Set(std::min(*r, 0.9999));
-      auto now = clock_.Steady();
-      if (now - last_status < config_.status_interval && p.stage == "download") {
-        return absl::OkStatus();
-      }
-      last_status = now;
+      if (!meter.Record(p)) return absl::OkStatus();
       auto st = store_.Mutate(id, [&](v1::VolumeStatus& s) {
         if (s.phase() == v1::DELETING) {
           deleted = true;

@@ -285,24 +285,9 @@ void UploadService::RunImport(Session& session, const v1::VolumeStatus& volume, 
   spec.capacity = static_cast<uint64_t>(volume.spec().capacity_bytes());
   spec.dir = dir;
   bool deleted = false;
-  uint64_t reported_read = 0, reported_written = 0;
-  auto last_status = clock_.Steady();
-  auto& gauge = metrics_.Progress(id);
+  ImportMeter meter(metrics_, id, clock_, config_.status_interval);
   ProgressFn progress = [&](const ImportProgress& p) -> absl::Status {
-    if (p.bytes_read >= reported_read) {
-      metrics_.bytes_read.Increment(static_cast<double>(p.bytes_read - reported_read));
-      reported_read = p.bytes_read;
-    }
-    if (p.bytes_written >= reported_written) {
-      metrics_.bytes_written.Increment(static_cast<double>(p.bytes_written - reported_written));
-      reported_written = p.bytes_written;
-    }
-    if (auto r = p.Ratio()) gauge.Set(std::min(*r, 0.9999));
-    auto now = clock_.Steady();
-    if (now - last_status < config_.status_interval && p.stage == "download") {
-      return absl::OkStatus();
-    }
-    last_status = now;
+    if (!meter.Record(p)) return absl::OkStatus();
     auto st = store_.Mutate(id, [&](v1::VolumeStatus& s) {
       if (s.phase() != v1::UPLOAD_IN_PROGRESS) {
         deleted = s.phase() == v1::DELETING;
@@ -335,7 +320,7 @@ void UploadService::RunImport(Session& session, const v1::VolumeStatus& volume, 
       return true;
     });
     if (outcome.ok()) {
-      gauge.Set(1.0);
+      meter.Done();
       metrics_.jobs_succeeded.Increment();
       metrics_.job_duration.Observe(seconds);
       SPDLOG_LOGGER_INFO(log, "volume {} uploaded ({}, {} bytes in {:.1f}s)", id, result->format,
