@@ -27,19 +27,12 @@
 #include <string>
 
 #include "byte_source.hpp"
+#include "wisp/http/url.hpp"
 
 namespace wisp::populator {
 
-struct Url {
-  std::string scheme;  // "http" | "https"
-  std::string host;
-  std::string port;
-  std::string target;  // path + query, "/" at least
-  // scheme://host[:port]/path, without user info and query: safe for logs and messages.
-  std::string Redacted() const;
-};
-// InvalidArgument naming `field` when the URL is not an absolute http(s) URL.
-absl::StatusOr<Url> ParseUrl(std::string_view url, std::string_view field = "url");
+using http::ParseUrl;  // absolute http(s) URLs (wisp/http/url.hpp)
+using http::Url;
 
 struct HttpOptions {
   std::string ca_pem;

@@ -1,6 +1,5 @@
 #include "remote_jwks.hpp"
 
-#include <charconv>
 #include <fstream>
 #include <optional>
 
@@ -14,6 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include "wisp/http/url.hpp"
 #include "wisp/log/log.hpp"
 
 namespace wisp::token {
@@ -30,60 +30,23 @@ std::shared_ptr<spdlog::logger> Logger() {
   return logger;
 }
 
-struct HttpsUrl {
-  std::string host;
-  std::string port = "443";
-  std::string target = "/";
-};
-
-absl::StatusOr<HttpsUrl> ParseHttpsUrl(std::string_view url) {
-  constexpr std::string_view kScheme = "https://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    return absl::InvalidArgumentError("must be an https:// URL");
+// An https URL without user information (a JWKS is public: credentials in its URL are a mistake).
+absl::StatusOr<http::Url> ParseHttpsUrl(std::string_view url, std::string_view field) {
+  WISP_ASSIGN_OR_RETURN(http::Url u, http::ParseUrl(url, field));
+  if (u.scheme != "https") {
+    return absl::InvalidArgumentError(std::string(field) + ": \"" + std::string(url) +
+                                      "\" must be an https:// URL");
   }
-  std::string_view rest = url.substr(kScheme.size());
-  const size_t slash = rest.find_first_of("/?#");
-  std::string_view authority = rest.substr(0, slash);
-  HttpsUrl out;
-  if (slash != std::string_view::npos) {
-    std::string_view path = rest.substr(slash);
-    if (const size_t hash = path.find('#'); hash != std::string_view::npos) {
-      path = path.substr(0, hash);
-    }
-    out.target = path.empty() || path[0] != '/' ? "/" + std::string(path) : std::string(path);
+  if (!u.user_info.empty()) {
+    return absl::InvalidArgumentError(std::string(field) + ": must not carry user information");
   }
-  if (authority.find('@') != std::string_view::npos) {
-    return absl::InvalidArgumentError("must not carry user information");
-  }
-  if (!authority.empty() && authority[0] == '[') {
-    const size_t close = authority.find(']');
-    if (close == std::string_view::npos) return absl::InvalidArgumentError("has a bad IPv6 host");
-    out.host = std::string(authority.substr(1, close - 1));
-    authority = authority.substr(close + 1);
-    if (!authority.empty() && authority[0] == ':') out.port = std::string(authority.substr(1));
-  } else {
-    const size_t colon = authority.rfind(':');
-    out.host = std::string(authority.substr(0, colon));
-    if (colon != std::string_view::npos) out.port = std::string(authority.substr(colon + 1));
-  }
-  if (out.host.empty()) return absl::InvalidArgumentError("has no host");
-  int p = 0;
-  auto [ptr, ec] = std::from_chars(out.port.data(), out.port.data() + out.port.size(), p);
-  if (ec != std::errc() || ptr != out.port.data() + out.port.size() || p <= 0 || p > 65535) {
-    return absl::InvalidArgumentError("has a port that is not a number in 1..65535");
-  }
-  return out;
+  return u;
 }
 
 }  // namespace
 
 absl::Status ValidateHttpsUrl(std::string_view url, std::string_view field) {
-  auto parsed = ParseHttpsUrl(url);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(std::string(field) + ": \"" + std::string(url) + "\" " +
-                                      std::string(parsed.status().message()));
-  }
-  return absl::OkStatus();
+  return ParseHttpsUrl(url, field).status();
 }
 
 absl::StatusOr<std::unique_ptr<HttpsJwksFetcher>> HttpsJwksFetcher::Create(
@@ -103,7 +66,7 @@ absl::StatusOr<std::unique_ptr<HttpsJwksFetcher>> HttpsJwksFetcher::Create(
 }
 
 absl::StatusOr<std::string> HttpsJwksFetcher::Fetch(const std::string& url) {
-  WISP_ASSIGN_OR_RETURN(HttpsUrl u, ParseHttpsUrl(url));
+  WISP_ASSIGN_OR_RETURN(http::Url u, ParseHttpsUrl(url, "JWKS URL"));
   const std::string where = "JWKS " + url;
   asio::io_context ioc;
   asio::ssl::context ctx(asio::ssl::context::tls_client);

@@ -22,6 +22,7 @@
 
 #include "cli.hpp"
 #include "volume.hpp"
+#include "wisp/http/url.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/v1/token.pb.h"
@@ -37,32 +38,11 @@ namespace ssl = boost::asio::ssl;
 using tcp = asio::ip::tcp;
 using Stream = beast::ssl_stream<beast::tcp_stream>;
 
-struct ParsedUrl {
-  std::string host, port, target;
-};
-
-absl::StatusOr<ParsedUrl> ParseHttpsUrl(const std::string& url) {
-  const std::string scheme = "https://";
-  if (url.rfind(scheme, 0) != 0) {
+absl::StatusOr<http::Url> ParseHttpsUrl(const std::string& url) {
+  WISP_ASSIGN_OR_RETURN(http::Url out, http::ParseUrl(url, "--gateway-url"));
+  if (out.scheme != "https") {
     return absl::InvalidArgumentError("--gateway-url: \"" + url + "\" is not an https:// URL");
   }
-  std::string rest = url.substr(scheme.size());
-  auto slash = rest.find('/');
-  std::string authority = rest.substr(0, slash);
-  ParsedUrl out;
-  out.target = slash == std::string::npos ? "/" : rest.substr(slash);
-  if (!authority.empty() && authority[0] == '[') {
-    auto close = authority.find(']');
-    if (close == std::string::npos) return absl::InvalidArgumentError("--gateway-url: bad host");
-    out.host = authority.substr(1, close - 1);
-    out.port = close + 2 <= authority.size() ? authority.substr(close + 2) : "";
-  } else {
-    auto colon = authority.rfind(':');
-    out.host = authority.substr(0, colon);
-    if (colon != std::string::npos) out.port = authority.substr(colon + 1);
-  }
-  if (out.port.empty()) out.port = "443";
-  if (out.host.empty()) return absl::InvalidArgumentError("--gateway-url: no host in " + url);
   return out;
 }
 
@@ -97,7 +77,7 @@ int Fail(const absl::Status& status) {
 
 absl::StatusOr<PutResult> PutFile(const PutRequest& request,
                                   const std::function<void(uint64_t, uint64_t)>& progress) {
-  WISP_ASSIGN_OR_RETURN(ParsedUrl url, ParseHttpsUrl(request.url));
+  WISP_ASSIGN_OR_RETURN(http::Url url, ParseHttpsUrl(request.url));
   std::ifstream in(request.file, std::ios::binary);
   if (!in) return absl::InvalidArgumentError("FILE: cannot read " + request.file);
   in.seekg(0, std::ios::end);
