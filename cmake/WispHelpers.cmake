@@ -32,11 +32,12 @@ function(wisp_add_test name)
                        WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 endfunction()
 
-# wisp_add_binary(<name> SOURCES ... DEPS ...): an installed executable.
+# wisp_add_binary(<name> SOURCES ... DEPS ...): an installed executable, linked with the allocator
+# WISP_MALLOC chose (wisp::malloc).
 function(wisp_add_binary name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE wisp::warnings ${ARG_DEPS})
+  target_link_libraries(${name} PRIVATE wisp::warnings ${ARG_DEPS} wisp::malloc)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
   install(TARGETS ${name} RUNTIME DESTINATION bin)
 endfunction()
