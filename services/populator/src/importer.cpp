@@ -409,7 +409,9 @@ class ImageImport {
                                    " bytes, larger than the volume capacity of " +
                                    std::to_string(spec_.capacity) + " bytes");
     }
-    if (Qcow2Streamable(*parsed)) return StreamQcow2(image, header, served);
+    if (options_.stream_qcow2 && Qcow2Streamable(*parsed)) {
+      return StreamQcow2(image, header, served);
+    }
     const std::string scratch = Join(spec_.dir, kScratchQcow2);
     const std::string part = Join(spec_.dir, kDiskPart);
     {

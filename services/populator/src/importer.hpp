@@ -86,6 +86,8 @@ class Importer {
  public:
   struct Options {
     std::string qemu_img = "qemu-img";
+    // false: every qcow2 image goes through scratch.qcow2 and qemu-img (bench/populate compares).
+    bool stream_qcow2 = true;
     size_t buffer_size = 1 << 20;
     uint64_t checkpoint_bytes = 64ull << 20;
     // And at least this long apart: each checkpoint is an fdatasync that stalls the download.
