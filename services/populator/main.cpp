@@ -38,7 +38,9 @@ int main(int argc, char** argv) {
   flags.Duration("retry-backoff", &backoff, "First retry delay after a transient error (doubles).");
   flags.Duration("retry-backoff-max", &backoff_max, "Longest retry delay.");
   flags.Duration("http-timeout", &http_timeout, "Connect and read timeout for image sources.");
-  flags.String("qemu-img", &qemu_img, "qemu-img binary used to convert qcow2 to raw.");
+  flags.String("qemu-img", &qemu_img,
+               "qemu-img binary used to convert the qcow2 images the built-in streaming converter "
+               "leaves alone (extended L2 entries, zstd-compressed clusters).");
   flags.Int("checkpoint-interval", &checkpoint,
             "Bytes between resume checkpoints of a raw download.", positive);
   flags.Duration("checkpoint-min-interval", &checkpoint_gap,

@@ -67,11 +67,15 @@ absl::StatusOr<Qcow2Header> ParseQcow2Header(const uint8_t* data, size_t n) {
   }
   h.has_backing_file = BigEndian(data + 8, 8) != 0;
   h.virtual_size = BigEndian(data + 24, 8);
-  uint32_t cluster_bits = static_cast<uint32_t>(BigEndian(data + 20, 4));
+  const uint32_t cluster_bits = static_cast<uint32_t>(BigEndian(data + 20, 4));
   if (cluster_bits < 9 || cluster_bits > 21) {
     return absl::InvalidArgumentError("qcow2 cluster_bits " + std::to_string(cluster_bits) +
                                       " is out of range");
   }
+  h.cluster_bits = cluster_bits;
+  h.crypt_method = static_cast<uint32_t>(BigEndian(data + 32, 4));
+  h.l1_size = static_cast<uint32_t>(BigEndian(data + 36, 4));
+  h.l1_table_offset = BigEndian(data + 40, 8);
   if (h.version == 3) {
     // Version 3 headers are at least 104 bytes; incompatible_features is the u64 at offset 72.
     // An external data file (bit 2) would make qemu-img read a host path named by the image, so
@@ -93,6 +97,11 @@ absl::StatusOr<Qcow2Header> ParseQcow2Header(const uint8_t* data, size_t n) {
         std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(unknown));
         return std::string(buf);
       }());
+    }
+    h.incompatible_features = incompatible;
+    // The compression type byte exists only in headers of 105 bytes or more (header_length).
+    if ((incompatible & kCompressionType) && BigEndian(data + 100, 4) >= 105 && n >= 105) {
+      h.compression_type = data[104];
     }
   }
   return h;

@@ -36,7 +36,15 @@ struct Qcow2Header {
   uint32_t version = 0;
   uint64_t virtual_size = 0;
   bool has_backing_file = false;
+  // The fields a reader of the cluster tables needs (qcow2_stream.hpp).
+  uint32_t cluster_bits = 0;
+  uint32_t crypt_method = 0;  // 0 none, 1 AES, 2 LUKS
+  uint32_t l1_size = 0;       // L1 entries
+  uint64_t l1_table_offset = 0;
+  uint64_t incompatible_features = 0;  // v3 only
+  uint8_t compression_type = 0;        // v3 with incompatible bit 3: 0 zlib, 1 zstd
 };
+inline constexpr uint64_t kQcow2IncompatExtendedL2 = 1u << 4;
 // InvalidArgument when the header is not a usable qcow2 header.
 absl::StatusOr<Qcow2Header> ParseQcow2Header(const uint8_t* data, size_t n);
 

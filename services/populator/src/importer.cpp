@@ -17,6 +17,7 @@
 #include "checksum.hpp"
 #include "decompress.hpp"
 #include "image_format.hpp"
+#include "qcow2_stream.hpp"
 #include "sparse_writer.hpp"
 
 extern char** environ;
@@ -408,6 +409,9 @@ class ImageImport {
                                    " bytes, larger than the volume capacity of " +
                                    std::to_string(spec_.capacity) + " bytes");
     }
+    if (options_.stream_qcow2 && Qcow2Streamable(*parsed)) {
+      return StreamQcow2(image, header, served);
+    }
     const std::string scratch = Join(spec_.dir, kScratchQcow2);
     const std::string part = Join(spec_.dir, kDiskPart);
     {
@@ -454,6 +458,37 @@ class ImageImport {
     result_.virtual_size = parsed->virtual_size;
     result_.bytes_read = tap_->bytes();
     result_.bytes_written = progress_.bytes_written;
+    return result_;
+  }
+
+  // Converts while downloading (qcow2_stream.hpp); the scratch file only takes what must be
+  // stashed. Like the qemu-img path it does not resume: a new attempt starts over.
+  absl::StatusOr<ImportResult> StreamQcow2(ByteSource& image, const std::vector<uint8_t>& header,
+                                           ByteSource& served) {
+    const std::string part = Join(spec_.dir, kDiskPart);
+    WISP_ASSIGN_OR_RETURN(Qcow2StreamResult converted,
+                          ConvertQcow2Stream(image, header, part, Join(spec_.dir, kScratchQcow2),
+                                             buf_, [&](uint64_t written) {
+                                               progress_.bytes_read = tap_->bytes();
+                                               progress_.bytes_written = written;
+                                               return reporter_.Report(progress_);
+                                             }));
+    absl::Status status = Drain(served);
+    if (status.ok()) status = CheckComplete();
+    if (status.ok()) status = CheckDigest(sha_, spec_.sha256, &result_.sha256);
+    if (status.ok()) {
+      progress_.stage = "verify";
+      progress_.bytes_read = tap_->bytes();
+      status = reporter_.Report(progress_, true);
+    }
+    if (status.ok()) status = FinalizeFile(part, Join(spec_.dir, kDiskImage), spec_.capacity);
+    if (!status.ok()) {
+      ::unlink(part.c_str());
+      return status;
+    }
+    result_.virtual_size = converted.virtual_size;
+    result_.bytes_read = tap_->bytes();
+    result_.bytes_written = converted.bytes_written;
     return result_;
   }
 

@@ -5,7 +5,10 @@
 // Pipeline for an HTTP(S) source:
 //   socket -> sha256 tap (the bytes as served) -> detect format by content -> [gz|xz|zst
 //   decompressor] -> detect again -> raw: SparseWriter into disk.img.part
-//                                   qcow2: scratch.qcow2, then `qemu-img convert -O raw`
+//                                   qcow2: Qcow2StreamConverter into disk.img.part as the
+//                                          bytes arrive (qcow2_stream.hpp); images it leaves
+//                                          alone (extended L2, zstd clusters): scratch.qcow2,
+//                                          then `qemu-img convert -O raw`
 //   -> verify (sha256, sizes) -> extend to capacity, fsync, rename to disk.img.
 // disk.img exists only once the import is complete and verified.
 //
@@ -83,6 +86,8 @@ class Importer {
  public:
   struct Options {
     std::string qemu_img = "qemu-img";
+    // false: every qcow2 image goes through scratch.qcow2 and qemu-img (bench/populate compares).
+    bool stream_qcow2 = true;
     size_t buffer_size = 1 << 20;
     uint64_t checkpoint_bytes = 64ull << 20;
     // And at least this long apart: each checkpoint is an fdatasync that stalls the download.

@@ -58,6 +58,8 @@ class ImporterTest : public ::testing::Test {
         Sh("cd " + d +
            " && qemu-img convert -f raw -O qcow2 disk.raw disk.qcow2"
            " && qemu-img convert -f qcow2 -O raw disk.qcow2 disk.qcow2.expected"
+           " && qemu-img convert -c -f raw -O qcow2 disk.raw disk.c.qcow2"
+           " && qemu-img convert -f raw -O qcow2 -o extended_l2=on disk.raw disk.l2x.qcow2"
            " && gzip -1 -c disk.raw > disk.raw.gz && xz -0 -T1 -c disk.raw > disk.raw.xz"
            " && zstd -q -1 -c disk.raw > disk.raw.zst"
            " && gzip -1 -c disk.qcow2 > disk.qcow2.gz && xz -0 -T1 -c disk.qcow2 > disk.qcow2.xz"
@@ -78,9 +80,10 @@ class ImporterTest : public ::testing::Test {
   void SetUp() override {
     vol_ = *images_ + "/vol-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(vol_);
-    for (const char* f : {"disk.raw", "disk.qcow2", "disk.raw.gz", "disk.raw.xz", "disk.raw.zst",
-                          "disk.qcow2.gz", "disk.qcow2.xz", "disk.qcow2.zst", "trunc.gz",
-                          "disk.vmdk", "garbage.gz", "page.html", "big.raw", "big.qcow2"}) {
+    for (const char* f :
+         {"disk.raw", "disk.qcow2", "disk.raw.gz", "disk.raw.xz", "disk.raw.zst", "disk.qcow2.gz",
+          "disk.qcow2.xz", "disk.qcow2.zst", "trunc.gz", "disk.vmdk", "garbage.gz", "page.html",
+          "big.raw", "big.qcow2", "disk.c.qcow2", "disk.l2x.qcow2"}) {
       server_.Serve(std::string("/") + f, *images_ + "/" + f);
     }
     ASSERT_TRUE(server_.Start().ok());
@@ -119,11 +122,14 @@ class ImporterTest : public ::testing::Test {
 };
 std::string* ImporterTest::images_ = nullptr;
 
-// Tests that every format and compression over HTTP yields qemu-img's raw, byte for byte, sparse.
+// Tests that every format and compression over HTTP yields qemu-img's raw, byte for byte, sparse,
+// qcow2 (also -c compressed) by the streaming converter: no qemu-img to fall back on.
 TEST_F(ImporterTest, ImportsEveryFormatByteForByte) {
   struct Case {
     std::string path, format, expected;
   };
+  Importer::Options no_qemu_img;
+  no_qemu_img.qemu_img = "/nonexistent/qemu-img";
   const Case cases[] = {
       {"/disk.raw", "raw", "disk.raw"},
       {"/disk.raw.gz", "raw.gz", "disk.raw"},
@@ -133,13 +139,14 @@ TEST_F(ImporterTest, ImportsEveryFormatByteForByte) {
       {"/disk.qcow2.gz", "qcow2.gz", "disk.qcow2.expected"},
       {"/disk.qcow2.xz", "qcow2.xz", "disk.qcow2.expected"},
       {"/disk.qcow2.zst", "qcow2.zst", "disk.qcow2.expected"},
+      {"/disk.c.qcow2", "qcow2", "disk.qcow2.expected"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.path);
     std::filesystem::remove_all(vol_);
     auto spec = Http(c.path);
     spec.sha256 = Sha256Of(*images_ + c.path);
-    auto result = Run(spec);
+    auto result = Run(spec, no_qemu_img);
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->format, c.format);
     EXPECT_EQ(result->sha256, spec.sha256);
@@ -149,6 +156,21 @@ TEST_F(ImporterTest, ImportsEveryFormatByteForByte) {
     EXPECT_FALSE(std::filesystem::exists(vol_ + "/" + kDiskPart));
     EXPECT_FALSE(std::filesystem::exists(vol_ + "/" + kScratchQcow2));
   }
+}
+
+// Tests that a qcow2 image the streaming converter leaves alone (extended L2 entries) still
+// imports, through the scratch file and qemu-img, and that qemu-img is really what ran.
+TEST_F(ImporterTest, FallsBackToQemuImgForExtendedL2) {
+  auto result = Run(Http("/disk.l2x.qcow2"));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->format, "qcow2");
+  EXPECT_TRUE(ReadFileOrDie(Disk()) == ReadFileOrDie(*images_ + "/disk.qcow2.expected"));
+  EXPECT_FALSE(std::filesystem::exists(vol_ + "/" + kScratchQcow2));
+  std::filesystem::remove_all(vol_);
+  Importer::Options no_qemu_img;
+  no_qemu_img.qemu_img = "/nonexistent/qemu-img";
+  result = Run(Http("/disk.l2x.qcow2"), no_qemu_img);
+  EXPECT_FALSE(result.ok());
 }
 
 // Tests that disk.img is extended to the capacity, the tail reading as zeros, and stays sparse.
