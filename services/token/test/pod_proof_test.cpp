@@ -1,5 +1,7 @@
 #include "pod_proof.hpp"
 
+#include <unistd.h>
+
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -49,7 +51,11 @@ class PodProofTest : public ::testing::Test {
   static std::string WriteJwks(const jwt::PrivateKey& key, const std::string& name) {
     jwt::KeySet set;
     set.Add(key.public_key());
-    const std::string path = ::testing::TempDir() + "/" + name;
+    // Per process and test: ctest runs the tests of this file in parallel processes, each with
+    // keys of its own.
+    const std::string path = ::testing::TempDir() + "/" + std::to_string(::getpid()) + "-" +
+                             ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
+                             name;
     std::ofstream(path) << set.ToJwks().dump();
     return path;
   }
