@@ -88,6 +88,7 @@ class ShortTokenIssuer {
           std::lock_guard lock(mu_);
           // Distinct lengths, so a torn read could never pass for a valid token.
           const int n = ++issued_;
+          proofs_.push_back(req->pod_proof());
           resp.set_token("short-" + std::to_string(n) + "-" + std::string(100 + 37 * n, 'x'));
           issued_tokens_.insert(resp.token());
           resp.set_issued_at_unix(now);
@@ -103,12 +104,18 @@ class ShortTokenIssuer {
     std::lock_guard lock(mu_);
     return issued_tokens_.count(token) > 0;
   }
+  // The pod_proof of every issue request, in order.
+  std::vector<std::string> proofs() {
+    std::lock_guard lock(mu_);
+    return proofs_;
+  }
 
  private:
   std::chrono::seconds lifetime_;
   std::mutex mu_;
   int issued_ = 0;
   std::set<std::string> issued_tokens_;
+  std::vector<std::string> proofs_;
   std::unique_ptr<bus::NatsBus> bus_;
   bus::SubscriptionPtr sub_;
 };
@@ -294,6 +301,110 @@ TEST_F(CsiIntegrationTest, GatewayRestartKeepsRotating) {
   EXPECT_THAT(stack_->process("wisp-gateway").Log(), HasSubstr("recovered 1 token volume"));
   ASSERT_TRUE(client_->Unpublish("csi-restart", target).ok());
   EXPECT_FALSE(fs::exists(target));
+}
+
+// Tests G3's gateway side: the kubelet's token for audience "wisp" goes with every issue of the
+// pod's token as its proof, on publish and on each rotation, and a republish's fresh token
+// replaces it for the next rotations.
+TEST_F(CsiIntegrationTest, ForwardsThePodProofOnPublishAndRotation) {
+  ASSERT_NO_FATAL_FAILURE(StartStack({.token = false}));
+  ShortTokenIssuer issuer(stack_->nats().url(), 4s);
+  const std::string target = Target("proof");
+  auto req = TokenVolumeRequest("csi-proof", target, "vault", "600");
+  auto& c = *req.mutable_volume_context();
+  c["csi.storage.k8s.io/serviceAccount.tokens"] =
+      R"({"wisp":{"token":"kubelet-proof-1","expirationTimestamp":"2030-01-01T00:10:00Z"}})";
+  ASSERT_TRUE(client_->Publish(req).ok());
+  ASSERT_TRUE(Eventually([&] { return issuer.issued() >= 2; }, 15s))
+      << stack_->process("wisp-gateway").Log();
+  c["csi.storage.k8s.io/serviceAccount.tokens"] =
+      R"({"wisp":{"token":"kubelet-proof-2","expirationTimestamp":"2030-01-01T00:20:00Z"}})";
+  ASSERT_TRUE(client_->Publish(req).ok());  // republish
+  const int republished_at = issuer.issued();
+  ASSERT_TRUE(Eventually([&] { return issuer.issued() >= republished_at + 1; }, 15s));
+  const auto proofs = issuer.proofs();
+  EXPECT_EQ(proofs[0], "kubelet-proof-1") << "publish";
+  EXPECT_EQ(proofs[1], "kubelet-proof-1") << "first rotation";
+  EXPECT_EQ(proofs.back(), "kubelet-proof-2") << "rotation after the republish";
+  EXPECT_THAT(stack_->process("wisp-gateway").Log(), ::testing::Not(HasSubstr("kubelet-proof-")));
+  ASSERT_TRUE(client_->Unpublish("csi-proof", target).ok());
+}
+
+// Tests G3 end to end with the real wisp-token requiring pod proofs from a test kube-apiserver
+// (its key and JWKS made, its tokens signed, by PyJWT): a publish whose kubelet token is bound to
+// the pod gets that pod's token; a proof for another pod, or none, is refused naming the field.
+// The gateway runs as the chart's node DaemonSet does: role node, as node-a's own NATS user.
+TEST_F(CsiIntegrationTest, TokenIssueRequiresTheKubeletsProofOfThePod) {
+  TempDir dir("wisp-g3");
+  const std::string script = SourceDir() + "/integration/token/kube_apiserver.py";
+  auto keygen = RunCommand("/usr/bin/python3 " + script + " keygen " + dir.path());
+  ASSERT_EQ(keygen.exit_code, 0) << keygen.output;
+  const std::string apiserver = "https://kube-apiserver.test";
+  const std::string policy = dir.path() + "/token-policy.yaml";
+  std::ofstream(policy) << "defaultAudiences: [wisp]\n"
+                           "namespaces: {\"*\": {audiences: [wisp, vault]}}\n"
+                           "trustedIssuers:\n"
+                           "  - {issuer: \""
+                        << apiserver << "\", jwksFile: \"" << dir.path()
+                        << "/apiserver-jwks.json\", audiences: [wisp-sts]}\n"
+                           "issue:\n"
+                           "  requirePodProof: true\n"
+                           "  podProofAudience: wisp\n"
+                           "  podProofIssuers: [\""
+                        << apiserver << "\"]\n";
+  ASSERT_NO_FATAL_FAILURE(StartStack({.auth = true,
+                                      .gateway_node_user = true,
+                                      .csi_role = "node",
+                                      .extra_args = {{"wisp-token", {"--policy-file", policy}}}}));
+  const auto sign = [&](const std::string& pod, const std::string& uid) {
+    auto r = RunCommand("/usr/bin/python3 " + script + " sign " + dir.path() + " " + apiserver +
+                        " wisp team default " + pod + " " + uid + " node-a");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    while (!r.output.empty() && r.output.back() == '\n') r.output.pop_back();
+    return r.output;
+  };
+  const auto with_proof = [&](::csi::v1::NodePublishVolumeRequest req, const std::string& proof) {
+    if (!proof.empty()) {
+      (*req.mutable_volume_context())["csi.storage.k8s.io/serviceAccount.tokens"] =
+          R"({"wisp":{"token":")" + proof + R"(","expirationTimestamp":"2030-01-01T00:00:00Z"}})";
+    }
+    return req;
+  };
+
+  // The pod's own proof (app-0, uid-1 on node-a): its token is issued and written.
+  const std::string own = sign("app-0", "uid-1");
+  const std::string target = Target("proven");
+  grpc::Status st =
+      client_->Publish(with_proof(TokenVolumeRequest("csi-proven", target, "vault", "900"), own));
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << stack_->process("wisp-token").Log();
+  const std::string token = ReadAll(target + "/token");
+  EXPECT_EQ(std::count(token.begin(), token.end(), '.'), 2) << "a JWT";
+
+  // A proof the node holds for another pod (app-1) does not get app-0's token.
+  const std::string other = sign("app-1", "uid-2");
+  const std::string refused_target = Target("other-pod");
+  st = client_->Publish(
+      with_proof(TokenVolumeRequest("csi-other", refused_target, "vault", "900"), other));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("kubernetes.io.pod.name \"app-1\" does not match subject.pod_name"));
+  EXPECT_FALSE(IsMountPoint(refused_target)) << "nothing is mounted for a refused publish";
+  // Same pod name, another incarnation (uid): refused too.
+  st = client_->Publish(
+      with_proof(TokenVolumeRequest("csi-other", refused_target, "vault", "900", "uid-9"), own));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("kubernetes.io.pod.uid"));
+  // No proof at all.
+  st = client_->Publish(TokenVolumeRequest("csi-other", refused_target, "vault", "900"));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("pod_proof: required"));
+
+  // Neither side logs the proof or the token.
+  for (const char* service : {"wisp-gateway", "wisp-token"}) {
+    EXPECT_THAT(stack_->process(service).Log(), ::testing::Not(HasSubstr(own))) << service;
+    EXPECT_THAT(stack_->process(service).Log(), ::testing::Not(HasSubstr(token))) << service;
+  }
+  ASSERT_TRUE(client_->Unpublish("csi-proven", target).ok());
 }
 
 // Tests the persistent path: CreateVolume through wisp-populator (idempotent by name), a

@@ -63,8 +63,8 @@ class BusPermissionsTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir("wisp-sec");
     const std::string d = dir_->path();
-    CommandResult r =
-        RunCommand(SourceDir() + "/scripts/nats-auth " + d + "/secrets > " + d + "/users.conf");
+    CommandResult r = RunCommand(SourceDir() + "/scripts/nats-auth " + d +
+                                 "/secrets node-a node-b > " + d + "/users.conf");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::string conf = ReadAll(d + "/users.conf");
     // Add the observer as the first user of account WISP (every service but wisp-token), so it
@@ -320,6 +320,93 @@ TEST_F(BusPermissionsTest, GatewayCannotPublishElsewhere) {
   ASSERT_TRUE(observer->Request("$JS.API.INFO", "", 2s).ok());
   auto reply = gw->Request(subjects::PopulateJobs("x"), "evil", 500ms);
   EXPECT_FALSE(reply.ok());
+}
+
+// Tests G3's per-node users: node-a's gateway user serves and calls node-a's subjects and asks
+// for tokens, but can neither answer nor request as node-b (its gateway.status, csi.capacity and
+// uploads), nor call the controller's subjects, nor read node-b's replies, even with node-b's
+// inbox prefix.
+TEST_F(BusPermissionsTest, NodeUsersAreBoundToTheirNode) {
+  auto observer = Connect(kObserver);
+  auto token = Connect("wisp-token");
+  auto node_a = Connect("wisp-gateway-node-a");
+  auto node_b = Connect("wisp-gateway-node-b");
+  ASSERT_TRUE(observer && token && node_a && node_b);
+
+  // Serving: its own node's subjects work; node-b's find no responder.
+  std::atomic<int> forged{0};
+  std::vector<bus::SubscriptionPtr> subs;
+  for (const char* verb : {"gateway.status", "csi.capacity"}) {
+    SCOPED_TRACE(verb);
+    auto own = node_a->Serve(subjects::Node("node-a", verb), "",
+                             [](const bus::Request&) { return bus::Reply::Ok("node-a"); });
+    ASSERT_TRUE(own.ok());
+    subs.push_back(*std::move(own));
+    auto impostor = node_a->Serve(subjects::Node("node-b", verb), "", [&](const bus::Request&) {
+      forged++;
+      return bus::Reply::Ok("forged");
+    });
+    ASSERT_TRUE(impostor.ok());  // nats.c accepts the SUB locally; the server refuses it
+    subs.push_back(*std::move(impostor));
+    ASSERT_TRUE(node_a->Request("$JS.API.INFO", "", 2s).ok());
+    auto ok = observer->Request(subjects::Node("node-a", verb), "who", 2s);
+    ASSERT_TRUE(ok.ok()) << ok.status();
+    EXPECT_EQ(ok->data, "node-a");
+    auto denied = observer->Request(subjects::Node("node-b", verb), "who", 500ms);
+    EXPECT_FALSE(denied.ok()) << "node-a answered for node-b: " << denied->data;
+  }
+  EXPECT_EQ(forged.load(), 0);
+
+  // Requesting: node-a's uploads and a token work; node-b's uploads and the controller's
+  // subjects get no answer although someone serves them.
+  std::vector<std::string> served = {
+      subjects::Node("node-a", subjects::kNodeUploadOpen),
+      subjects::Node("node-b", subjects::kNodeUploadOpen), subjects::Node("node-b", "csi.capacity"),
+      std::string(subjects::kVolumeCreate), std::string(subjects::kVolumeDelete)};
+  std::atomic<int> reached{0};
+  for (const auto& s : served) {
+    auto sub = observer->Serve(s, "", [&, s](const bus::Request&) {
+      if (s != served[0]) reached++;
+      return bus::Reply::Ok("served");
+    });
+    ASSERT_TRUE(sub.ok());
+    subs.push_back(*std::move(sub));
+  }
+  auto issue = token->Serve(subjects::kTokenIssue, "",
+                            [](const bus::Request&) { return bus::Reply::Ok("token"); });
+  ASSERT_TRUE(issue.ok());
+  ASSERT_TRUE(observer->Request("$JS.API.INFO", "", 2s).ok());
+  ASSERT_TRUE(token->Request("$JS.API.INFO", "", 2s).ok());
+  auto up = node_a->Request(served[0], "open", 2s);
+  ASSERT_TRUE(up.ok()) << up.status();
+  auto tok = node_a->Request(subjects::kTokenIssue, "issue", 2s);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ(tok->data, "token");
+  for (size_t i = 1; i < served.size(); ++i) {
+    SCOPED_TRACE(served[i]);
+    EXPECT_FALSE(node_a->Request(served[i], "evil", 500ms).ok());
+  }
+  EXPECT_EQ(reached.load(), 0) << "node-a reached another node's or the controller's subject";
+
+  // Replies: node-b's answer from its populator reaches node-b only. node-a listening on every
+  // inbox or on node-b's, or asking with node-b's inbox prefix, gets nothing.
+  auto spy_all = Listen(*node_a, "_INBOX.>");
+  auto spy_b = Listen(*node_a, "_INBOX.wisp-gateway-node-b.>");
+  auto b_up = observer->Serve(subjects::Node("node-b", "upload.i-1"), "",
+                              [](const bus::Request&) { return bus::Reply::Ok("for node-b"); });
+  ASSERT_TRUE(b_up.ok());
+  ASSERT_TRUE(observer->Request("$JS.API.INFO", "", 2s).ok());
+  ASSERT_TRUE(node_a->Request("$JS.API.INFO", "", 2s).ok());
+  auto b_reply = node_b->Request(subjects::Node("node-b", "upload.i-1"), "chunk", 2s);
+  ASSERT_TRUE(b_reply.ok()) << b_reply.status();
+  EXPECT_EQ(b_reply->data, "for node-b");
+  auto as_b = Connect("wisp-gateway-node-a", "_INBOX.wisp-gateway-node-b");
+  ASSERT_NE(as_b, nullptr);
+  EXPECT_FALSE(as_b->Request(served[0], "open", 500ms).ok())
+      << "a reply reached node-a under node-b's inbox prefix";
+  ASSERT_TRUE(node_a->Request("$JS.API.INFO", "", 2s).ok());
+  EXPECT_EQ(spy_all->n.load(), 0);
+  EXPECT_EQ(spy_b->n.load(), 0);
 }
 
 // Tests that no service can serve (subscribe to) another service's subjects: a request then finds

@@ -30,11 +30,13 @@ int main(int argc, char** argv) {
   flags.String("jwks-uri", &jwks_uri,
                "jwks_uri in discovery (default <issuer-url>/openid/v1/jwks).");
   flags.String("policy-file", &policy_file,
-               "YAML token policy (audiences, lifetimes, exchange, trusted issuers). Re-read on "
+               "YAML token policy (audiences, lifetimes, exchange, trusted issuers, pod proofs on "
+               "issue). Re-read on "
                "SIGHUP and when the file changes; a file that does not load keeps the policy in "
                "force. Without it any namespace may request any audience and no exchange is "
                "allowed.");
-  flags.Duration("review-leeway", &leeway, "Clock skew allowed when checking exp and nbf.");
+  flags.Duration("review-leeway", &leeway,
+                 "Clock skew allowed when checking exp and nbf (reviews, exchanges, pod proofs).");
   flags.ParseOrExit(argc, argv);
   if (kek_file.empty()) {
     return runtime::Fail("wisp-token",
@@ -77,7 +79,9 @@ int main(int argc, char** argv) {
       &metrics);
   if (auto st = keys.Start(); !st.ok()) return runtime::Fail("wisp-token", st);
   token::Issuer issuer(keys, policy_store, clock, metrics,
-                       {.issuer = issuer_url, .default_algorithm = alg});
+                       {.issuer = issuer_url,
+                        .default_algorithm = alg,
+                        .leeway = std::chrono::duration_cast<std::chrono::seconds>(leeway)});
   token::Reviewer reviewer(
       keys, clock, metrics,
       {.issuer = issuer_url, .leeway = std::chrono::duration_cast<std::chrono::seconds>(leeway)});

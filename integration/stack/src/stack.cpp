@@ -69,7 +69,8 @@ absl::StatusOr<std::unique_ptr<Stack>> Stack::Start(StackOptions options) {
 
   NatsServer::Options nats_options;
   if (stack->options_.auth) {
-    r = RunCommand(SourceDir() + "/scripts/nats-auth " + d + "/secrets > " + d + "/users.conf");
+    r = RunCommand(SourceDir() + "/scripts/nats-auth " + d + "/secrets node-a > " + d +
+                   "/users.conf");
     if (r.exit_code != 0) return absl::InternalError("scripts/nats-auth: " + r.output);
     std::ofstream(d + "/nats.conf") << "include ./users.conf\n";
     nats_options.extra_args = {"-c", d + "/nats.conf"};
@@ -131,7 +132,11 @@ std::vector<std::string> Stack::ArgsFor(const std::string& service) const {
       "--metrics-address", "127.0.0.1:" + std::to_string(metrics_ports_.at(service)),
       "--log-level",       "debug"};
   if (options_.auth) {
-    args.insert(args.end(), {"--nats-user", service, "--nats-password", NatsPassword(service)});
+    const std::string user = service == "wisp-gateway" && options_.gateway_node_user
+                                 ? std::string("wisp-gateway-node-a")
+                                 : service;
+    args.insert(args.end(), {"--nats-user", user, "--nats-password", NatsPassword(user)});
+    if (user != service) args.insert(args.end(), {"--nats-inbox-prefix", "_INBOX." + user});
   }
   const std::string issuer = "https://localhost:" + std::to_string(gateway_port_);
   if (service == "wisp-token") {

@@ -95,6 +95,12 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
                    return d.count() >= 0 ? absl::OkStatus()
                                          : absl::InvalidArgumentError("must not be negative");
                  });
+  flags.String("pod-proof-audience", &s.pod_proof_audience,
+               "Node role: the audience of the kubelet's token (CSIDriver tokenRequests, "
+               "csi.storage.k8s.io/serviceAccount.tokens) that NodePublishVolume forwards to "
+               "wisp-token as proof of the pod's identity when it asks for the pod's tokens; "
+               "wisp-token requires it with its policy's issue.requirePodProof. Must equal that "
+               "policy's issue.podProofAudience. Empty = never forward one.");
 }
 
 absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
@@ -190,6 +196,7 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
     if (!settings.staging_root.empty()) options.target_roots.push_back(settings.staging_root);
     options.projection_purge_interval = settings.projection_purge_interval;
     options.projection_purge_age = settings.projection_purge_age;
+    options.pod_proof_audience = settings.pod_proof_audience;
     gw->parts_->csi = std::make_unique<csi::CsiServer>(
         options, process.bus(), SystemClock::Instance(), gw->parts_->mounter, process.registry());
     WISP_RETURN_IF_ERROR(gw->parts_->csi->Start());

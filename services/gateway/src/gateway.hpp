@@ -39,6 +39,8 @@ struct GatewaySettings {
   // Delete markers of wisp_projections (one per pod ever published on this node)
   std::chrono::milliseconds projection_purge_interval = std::chrono::hours(1);
   std::chrono::milliseconds projection_purge_age = std::chrono::minutes(10);
+  // Proof of pod identity forwarded on wisp.v1.token.issue (docs/security.md, G3)
+  std::string pod_proof_audience = "wisp";
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& settings);

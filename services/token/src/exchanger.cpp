@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "remote_jwks.hpp"
+#include "trusted_issuer.hpp"
 #include "wisp/log/log.hpp"
 
 namespace wisp::token {
@@ -39,29 +39,9 @@ absl::StatusOr<nlohmann::json> Exchanger::VerifySubject(std::string_view token,
     WISP_ASSIGN_OR_RETURN(auto v, reviewer_.Verify(token, policy.subject_audiences));
     return v.claims;
   }
-  for (const auto& t : policy.trusted_issuers) {
-    if (t.issuer != iss) continue;
-    jwt::VerifyOptions opts;
-    opts.issuer = t.issuer;
-    opts.audiences = t.audiences;
-    opts.now_unix = clock_.NowUnixSeconds();
-    opts.leeway = reviewer_.leeway();
-    if (!t.remote) {
-      WISP_ASSIGN_OR_RETURN(auto v, jwt::Verify(token, t.keys, opts));
-      return v.claims;
-    }
-    auto keys = t.remote->Current();
-    if (!t.remote->loaded()) {
-      // Never fetched successfully yet (the IdP was down at start): try now, rate-limited.
-      if (t.remote->RefreshForUnknownKid()) keys = t.remote->Current();
-    } else if (!decoded->kid.empty() && keys->Find(decoded->kid) == nullptr) {
-      // The issuer may have rotated since the last fetch.
-      if (t.remote->RefreshForUnknownKid()) keys = t.remote->Current();
-    }
-    if (!t.remote->loaded()) {
-      return absl::UnavailableError("the JWKS of issuer " + t.issuer + " could not be fetched");
-    }
-    WISP_ASSIGN_OR_RETURN(auto v, jwt::Verify(token, *keys, opts));
+  if (const TrustedIssuer* t = FindTrustedIssuer(policy, iss)) {
+    WISP_ASSIGN_OR_RETURN(auto v, VerifyTrusted(*t, token, *decoded, t->audiences,
+                                                clock_.NowUnixSeconds(), reviewer_.leeway()));
     return v.claims;
   }
   return absl::UnauthenticatedError("subject token issuer is not trusted");

@@ -6,6 +6,8 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include "pod_proof.hpp"
+
 namespace wisp::token {
 namespace {
 
@@ -154,6 +156,11 @@ absl::StatusOr<v1::IssueResponse> Issuer::Issue(const v1::IssueRequest& req) con
     return fail("invalid_subject",
                 absl::InvalidArgumentError("subject.service_account: must be a DNS subdomain"));
   }
+  const std::shared_ptr<const Policy> policy = policy_.Current();
+  if (absl::Status st = CheckPodProof(req, *policy, clock_.NowUnixSeconds(), options_.leeway);
+      !st.ok()) {
+    return fail("pod_proof", st);
+  }
   int64_t exp_s = req.expiration_seconds();
   if (exp_s == 0) exp_s = kDefaultExpirationSeconds;
   if (exp_s < kMinExpirationSeconds) {
@@ -166,7 +173,6 @@ absl::StatusOr<v1::IssueResponse> Issuer::Issue(const v1::IssueRequest& req) con
                 absl::InvalidArgumentError(
                     "expirationSeconds: may not specify a duration larger than 2^32 seconds"));
   }
-  const std::shared_ptr<const Policy> policy = policy_.Current();
   const NamespacePolicy* ns = policy->ForNamespace(s.namespace_());
   int64_t cap = policy->max_expiration_seconds;
   if (ns != nullptr && ns->max_expiration_seconds > 0)

@@ -10,6 +10,8 @@
 //     otherwise capped by the namespace's (then the global) maxExpirationSeconds.
 //   - Audiences: empty means the policy's defaultAudiences; every audience must be allowed for
 //     the namespace (policy), else PermissionDenied naming it.
+//   - With the policy's issue.requirePodProof, the request must carry the kubelet's token for the
+//     pod it names (pod_proof.hpp), else PermissionDenied naming the field that does not match.
 //   - Errors are InvalidArgument / PermissionDenied with a message naming the field; each counts
 //     in wisp_token_issue_errors_total{reason}.
 //   - Thread-safe; no per-request key parsing (keys come from KeyManager's snapshot).
@@ -17,6 +19,7 @@
 // Example:
 //   Issuer issuer(keys, policy, clock, metrics, {.issuer = "https://wisp.example"});
 //   WISP_ASSIGN_OR_RETURN(v1::IssueResponse resp, issuer.Issue(request));
+#include <chrono>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +45,8 @@ class Issuer {
   struct Options {
     std::string issuer;
     jwt::Algorithm default_algorithm = jwt::Algorithm::kRS256;
+    // Clock skew allowed on the pod proof's exp/nbf (issue.requirePodProof).
+    std::chrono::seconds leeway{60};
   };
   // A fixed policy (copied).
   Issuer(const KeyManager& keys, const Policy& policy, Clock& clock, TokenMetrics& metrics,

@@ -152,6 +152,34 @@ absl::StatusOr<Policy> Parse(const YAML::Node& root) {
       p.trusted_issuers.push_back(std::move(issuer));
     }
   }
+  if (const auto is = root["issue"]; is) {
+    if (!is.IsMap()) return absl::InvalidArgumentError("issue: must be a mapping");
+    if (const auto r = is["requirePodProof"]; r) {
+      if (!r.IsScalar() || !YAML::convert<bool>::decode(r, p.pod_proof.required)) {
+        return absl::InvalidArgumentError("issue.requirePodProof: must be true or false");
+      }
+    }
+    if (const auto a = is["podProofAudience"]; a) {
+      if (!a.IsScalar() || a.Scalar().empty()) {
+        return absl::InvalidArgumentError("issue.podProofAudience: must be a non-empty string");
+      }
+      p.pod_proof.audience = a.Scalar();
+    }
+    WISP_ASSIGN_OR_RETURN(p.pod_proof.issuers,
+                          StringList(is["podProofIssuers"], "issue.podProofIssuers"));
+    for (const auto& iss : p.pod_proof.issuers) {
+      const bool known = std::any_of(p.trusted_issuers.begin(), p.trusted_issuers.end(),
+                                     [&](const TrustedIssuer& t) { return t.issuer == iss; });
+      if (!known) {
+        return absl::InvalidArgumentError("issue.podProofIssuers: \"" + iss +
+                                          "\" is not one of trustedIssuers[].issuer");
+      }
+    }
+    if (p.pod_proof.required && p.pod_proof.issuers.empty()) {
+      return absl::InvalidArgumentError(
+          "issue.podProofIssuers: at least one is required when requirePodProof is true");
+    }
+  }
   return p;
 }
 

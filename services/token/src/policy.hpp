@@ -21,6 +21,13 @@
 //        jwksCaFile: /etc/wisp/idp-ca.pem,   # optional; default: the system trust store
 //        jwksRefreshSeconds: 300,             # optional; >= 10, default 300
 //        audiences: [wisp-sts]}
+//   issue:
+//     requirePodProof: false           # true: every wisp.v1.token.issue must carry the kubelet's
+//                                      # token for the pod (IssueRequest.pod_proof), see below
+//     podProofAudience: wisp           # the audience that token must carry (CSIDriver
+//                                      # tokenRequests[].audience)
+//     podProofIssuers:                 # trustedIssuers whose tokens prove a pod (the cluster's
+//       - https://kubernetes.default.svc  # kube-apiserver); required with requirePodProof
 //
 // A namespace that is not listed (and no "*") may not request any audience: deny by default.
 // Without a policy file wisp-token uses Default(): any namespace may request any audience (as
@@ -71,6 +78,14 @@ struct TrustedIssuer {
   std::shared_ptr<RemoteJwks> remote;  // for jwks_url; attached by AttachRemoteJwks
 };
 
+// wisp.v1.token.issue's proof of pod identity (docs/security.md, G3): the node gateway forwards the
+// kubelet's own token for the pod, and wisp-token issues for that pod only (pod_proof.hpp).
+struct PodProofPolicy {
+  bool required = false;
+  std::string audience = "wisp";
+  std::vector<std::string> issuers;  // each names a trustedIssuers entry
+};
+
 struct Policy {
   int64_t max_expiration_seconds = 86400;
   std::vector<std::string> default_audiences;
@@ -79,6 +94,7 @@ struct Policy {
   std::vector<std::string> subject_audiences;
   std::vector<ExchangeRule> exchange_rules;
   std::vector<TrustedIssuer> trusted_issuers;
+  PodProofPolicy pod_proof;
 
   // InvalidArgument naming the YAML key (e.g. "namespaces.ml.audiences") on a bad value.
   static absl::StatusOr<Policy> FromYaml(std::string_view yaml);

@@ -20,7 +20,8 @@ constexpr const char* kUsage = R"(NAME
 
 SYNOPSIS
     wispctl token issue --namespace NS --service-account SA [--audience A,B] [--expiration-seconds N]
-                        [--algorithm RS256|ES256] [--pod-name P --pod-uid U] [--json]
+                        [--algorithm RS256|ES256] [--pod-name P --pod-uid U]
+                        [--pod-proof-file F] [--json]
     wispctl token verify (--token T | --token-file F | stdin) [--audience A,B]
                          [--jwks-file F --issuer URL]
     wispctl token exchange (--token T | --token-file F) --audience A [--scope S] [--json]
@@ -55,7 +56,7 @@ int Fail(const std::string& what, const absl::Status& st) {
 
 int Issue(const std::vector<std::string>& args) {
   Connection conn;
-  std::string ns, sa, sa_uid, pod, pod_uid, node, audiences, algorithm;
+  std::string ns, sa, sa_uid, pod, pod_uid, node, audiences, algorithm, proof_file;
   int64_t expiration = 0;
   bool json = false;
   config::Flags flags("wispctl token issue", "issue a Kubernetes-shaped service-account token");
@@ -69,9 +70,21 @@ int Issue(const std::vector<std::string>& args) {
   flags.String("audience", &audiences, "Comma-separated audiences (default: the policy's).");
   flags.Int("expiration-seconds", &expiration, "Lifetime (600 .. 2^32; 0 = 3600).");
   flags.String("algorithm", &algorithm, "RS256 or ES256 (default: the service's).");
+  flags.String("pod-proof-file", &proof_file,
+               "File holding the pod's Kubernetes service-account token (audience: wisp-token's "
+               "issue.podProofAudience), needed when its policy sets issue.requirePodProof.");
   flags.Bool("json", &json, "Print the whole IssueResponse as JSON.");
   int code = 0;
   if (!ParseCommand(flags, "wispctl token issue", args, code)) return code;
+  std::string proof;
+  if (!proof_file.empty()) {
+    auto read = ReadToken("", proof_file);
+    if (!read.ok()) {
+      return Fail("issue", absl::InvalidArgumentError("pod-proof-file: " +
+                                                      std::string(read.status().message())));
+    }
+    proof = *std::move(read);
+  }
   v1::IssueRequest req;
   req.mutable_subject()->set_namespace_(ns);
   req.mutable_subject()->set_service_account(sa);
@@ -82,6 +95,7 @@ int Issue(const std::vector<std::string>& args) {
   for (const auto& a : SplitList(audiences)) req.add_audiences(a);
   req.set_expiration_seconds(expiration);
   req.set_algorithm(algorithm);
+  req.set_pod_proof(proof);
   auto bus = Connect(conn);
   if (!bus.ok()) return Fail("issue", bus.status());
   auto resp = bus::Call<v1::IssueResponse>(**bus, bus::subjects::kTokenIssue, req, conn.timeout);

@@ -153,6 +153,7 @@ absl::Status CsiServer::Start() {
     node_options.min_expiration_seconds = s.options.min_token_expiration_seconds;
     node_options.tmpfs_size_bytes = s.options.tmpfs_size_bytes;
     node_options.bus_timeout = s.options.bus_timeout;
+    node_options.pod_proof_audience = s.options.pod_proof_audience;
     s.node = std::make_unique<NodeService>(node_options, s.bus, *s.issuer, *s.store, s.mounter,
                                            s.clock, s.metrics);
     WISP_RETURN_IF_ERROR(Annotate(s.node->Recover(), "recovering token volumes"));

@@ -62,6 +62,8 @@ struct CsiServerOptions {
   // to go (csi/marker_purger.hpp; flags projection-purge-interval and projection-purge-age).
   std::chrono::milliseconds projection_purge_interval = std::chrono::hours(1);  // 0 = never
   std::chrono::milliseconds projection_purge_age = std::chrono::minutes(10);
+  // Node role: the kubelet token audience forwarded as proof of the pod (NodeOptions).
+  std::string pod_proof_audience = "wisp";
 };
 
 class CsiServer {

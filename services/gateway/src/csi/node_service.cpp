@@ -11,6 +11,7 @@
 #include <random>
 
 #include "csi/grpc_call.hpp"
+#include "csi/strip_secrets.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/fsutil/atomic_writer.hpp"
@@ -194,6 +195,20 @@ absl::Status NodeService::PublishToken(const ::csi::v1::NodePublishVolumeRequest
     WISP_ASSIGN_OR_RETURN(KubeletToken t, KubeletTokenFor(request.volume_context(), spec.audience));
     kubelet_token = std::move(t);
   }
+  // The kubelet's token for the pod, forwarded as proof of its identity (docs/security.md, G3).
+  // Absent when the CSIDriver has no tokenRequests for that audience: wisp-token then decides
+  // (its policy's issue.requirePodProof). Never logged.
+  std::string proof;
+  if (!options_.pod_proof_audience.empty() &&
+      request.volume_context().count(kServiceAccountTokensKey) > 0) {
+    auto t = KubeletTokenFor(request.volume_context(), options_.pod_proof_audience);
+    if (t.ok()) {
+      proof = std::move(t->token);
+    } else {
+      SPDLOG_LOGGER_DEBUG(logger_, "no pod proof for {}: {}", id,
+                          std::string(t.status().message()));
+    }
+  }
 
   std::optional<v1::TokenProjection> existing;
   {
@@ -208,6 +223,10 @@ absl::Status NodeService::PublishToken(const ::csi::v1::NodePublishVolumeRequest
     auto mounted = mounter_.IsMountPoint(target);
     if (mounted.ok() && *mounted) {
       // Republish: refresh contents only, never a new mount.
+      if (!proof.empty()) {
+        std::lock_guard lock(mu_);
+        proofs_[id] = proof;  // the kubelet's fresh token, for this and the next rotations
+      }
       if (kubelet_token) {
         WISP_RETURN_IF_ERROR(WriteToken(target, spec.path, kubelet_token->token, spec.file_mode));
         v1::TokenProjection updated = *existing;
@@ -237,8 +256,8 @@ absl::Status NodeService::PublishToken(const ::csi::v1::NodePublishVolumeRequest
   if (kubelet_token) {
     token = IssuedToken{kubelet_token->token, clock_.NowUnixSeconds(), kubelet_token->expires_unix};
   } else {
-    WISP_ASSIGN_OR_RETURN(token,
-                          issuer_.Issue(spec.subject, spec.audience, spec.expiration_seconds));
+    WISP_ASSIGN_OR_RETURN(
+        token, issuer_.Issue(spec.subject, spec.audience, spec.expiration_seconds, proof));
   }
 
   WISP_RETURN_IF_ERROR(PrepareTarget(target));
@@ -281,6 +300,7 @@ absl::Status NodeService::PublishToken(const ::csi::v1::NodePublishVolumeRequest
   {
     std::lock_guard lock(mu_);
     tokens_[id] = projection;
+    if (!proof.empty()) proofs_[id] = std::move(proof);
   }
   ScheduleNext(projection);
   UpdateGauge();
@@ -420,6 +440,7 @@ absl::StatusOr<::csi::v1::NodeUnpublishVolumeResponse> NodeService::Unpublish(
     {
       std::lock_guard lock(mu_);
       tokens_.erase(id);
+      proofs_.erase(id);
     }
     UpdateGauge();
     SPDLOG_LOGGER_INFO(logger_, "unpublished token volume at {}", target);
@@ -439,11 +460,13 @@ absl::Status NodeService::RotateNow(const std::string& volume_id) {
 
 absl::Status NodeService::RotateLocked(const std::string& volume_id) {
   v1::TokenProjection projection;
+  std::string proof;  // "" after a gateway restart until the kubelet's next republish
   {
     std::lock_guard lock(mu_);
     auto it = tokens_.find(volume_id);
     if (it == tokens_.end()) return absl::NotFoundError("no token volume " + volume_id);
     projection = it->second;
+    if (auto p = proofs_.find(volume_id); p != proofs_.end()) proof = p->second;
   }
   if (projection.token_source() != kSourceWisp) return absl::OkStatus();
   log::ScopedRequestId rid(volume_id);
@@ -465,8 +488,8 @@ absl::Status NodeService::RotateLocked(const std::string& volume_id) {
     return st;
   };
 
-  auto token =
-      issuer_.Issue(projection.subject(), projection.audience(), projection.expiration_seconds());
+  auto token = issuer_.Issue(projection.subject(), projection.audience(),
+                             projection.expiration_seconds(), proof);
   if (!token.ok()) return fail(token.status());
   if (absl::Status st = WriteToken(projection.target_path(), projection.path(), token->token,
                                    projection.file_mode());

@@ -8,6 +8,11 @@
 //     jitter, `kubelet` tokens come from the volume context and are refreshed by republish. Each
 //     published token volume is recorded in the ProjectionStore so a restarted gateway carries on
 //     (Recover()).
+//     Each issue for a pod carries the kubelet's own token for that pod (audience
+//     NodeOptions::pod_proof_audience, when the kubelet sends one) as proof of its identity, so
+//     wisp-token can refuse requests for pods this node does not run (docs/security.md, G3). The
+//     latest proof of each volume is kept in memory only (never in the ProjectionStore, never
+//     logged); republish refreshes it, and rotations use it.
 //   - persistent volumes created by wisp-populator: the volume's directory (VolumeStatus.path from
 //     wisp.v1.volume.get, which must lie under the volume root) is bind-mounted onto the target,
 //     read-only when asked.
@@ -51,6 +56,9 @@ struct NodeOptions {
   int64_t min_expiration_seconds = kMinExpirationSeconds;
   uint64_t tmpfs_size_bytes = 1 << 20;
   std::chrono::milliseconds bus_timeout{5000};
+  // The audience of the kubelet's token (csi.storage.k8s.io/serviceAccount.tokens) forwarded with
+  // every wisp.v1.token.issue of a pod as proof of its identity ("" = none; docs/security.md G3).
+  std::string pod_proof_audience = "wisp";
 };
 
 class NodeService final : public ::csi::v1::Node::Service {
@@ -138,6 +146,7 @@ class NodeService final : public ::csi::v1::Node::Service {
   std::array<std::mutex, 64> volume_locks_;
   mutable std::mutex mu_;                              // guards the maps below
   std::map<std::string, v1::TokenProjection> tokens_;  // volume id -> published token volume
+  std::map<std::string, std::string> proofs_;          // volume id -> kubelet's token (proof)
   std::map<std::string, BindState> binds_;             // target path -> persistent volume
   RotationScheduler scheduler_;
 };

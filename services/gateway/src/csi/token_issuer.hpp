@@ -7,7 +7,7 @@
 //
 // Example:
 //   BusTokenIssuer issuer(bus, std::chrono::seconds(5));
-//   WISP_ASSIGN_OR_RETURN(IssuedToken t, issuer.Issue(subject, "vault", 900));
+//   WISP_ASSIGN_OR_RETURN(IssuedToken t, issuer.Issue(subject, "vault", 900, kubelet_token));
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -27,9 +27,11 @@ struct IssuedToken {
 class TokenIssuer {
  public:
   virtual ~TokenIssuer() = default;
-  // An empty audience asks for the issuer's default audiences.
+  // An empty audience asks for the issuer's default audiences. `pod_proof`: the kubelet's token
+  // for the subject's pod ("" = none), sent as IssueRequest.pod_proof.
   virtual absl::StatusOr<IssuedToken> Issue(const v1::Subject& subject, const std::string& audience,
-                                            int64_t expiration_seconds) = 0;
+                                            int64_t expiration_seconds,
+                                            const std::string& pod_proof) = 0;
 };
 
 class BusTokenIssuer final : public TokenIssuer {
@@ -37,7 +39,8 @@ class BusTokenIssuer final : public TokenIssuer {
   BusTokenIssuer(bus::Requester& requester, std::chrono::milliseconds timeout)
       : requester_(requester), timeout_(timeout) {}
   absl::StatusOr<IssuedToken> Issue(const v1::Subject& subject, const std::string& audience,
-                                    int64_t expiration_seconds) override;
+                                    int64_t expiration_seconds,
+                                    const std::string& pod_proof) override;
 
  private:
   bus::Requester& requester_;

@@ -30,6 +30,9 @@ struct StackOptions {
   bool populator = true;
   bool gateway = true;
   bool auth = false;  // per-service NATS users (scripts/nats-auth)
+  // With auth: the gateway connects as node-a's own user, wisp-gateway-node-a (scripts/nats-auth's
+  // node users, docs/security.md G3), as the chart's node DaemonSet does; use with csi_role node.
+  bool gateway_node_user = false;
   std::string failure_mode = "closed";
   std::string csi_role = "both";
   std::string policy_file;                                     // "" = deploy/local/policy.yaml

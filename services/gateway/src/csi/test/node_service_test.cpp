@@ -100,6 +100,31 @@ TEST_F(NodeServiceTest, RotatesAtEightyPercentOfLifetime) {
   EXPECT_GT(*node_->scheduler().DueUnix("csi-1"), clock_.NowUnixSeconds() + 700);
 }
 
+// Tests that the kubelet's token for the proof audience goes with the issue on publish and on
+// rotation (G3), a republish's fresh one replaces it, and tokens for other audiences do not.
+TEST_F(NodeServiceTest, ForwardsTheKubeletTokenAsPodProof) {
+  const std::string target = Target("t1");
+  auto req = TokenPublish("csi-1", target);
+  auto& c = *req.mutable_volume_context();
+  c[kServiceAccountTokensKey] =
+      R"({"wisp":{"token":"proof-1","expirationTimestamp":"2030-01-01T00:00:00Z"},)"
+      R"("vault":{"token":"not-a-proof","expirationTimestamp":"2030-01-01T00:00:00Z"}})";
+  ASSERT_TRUE(node_->Publish(req).ok());
+  EXPECT_EQ(token_service_.last().pod_proof(), "proof-1");
+  clock_.Advance(std::chrono::seconds(721));
+  EXPECT_EQ(node_->scheduler().RunDue(), 1);
+  EXPECT_EQ(token_service_.last().pod_proof(), "proof-1") << "rotation";
+  c[kServiceAccountTokensKey] =
+      R"({"wisp":{"token":"proof-2","expirationTimestamp":"2030-01-01T00:00:00Z"}})";
+  ASSERT_TRUE(node_->Publish(req).ok());  // republish: no issue, the proof is kept for later
+  clock_.Advance(std::chrono::seconds(721));
+  EXPECT_EQ(node_->scheduler().RunDue(), 1);
+  EXPECT_EQ(token_service_.last().pod_proof(), "proof-2");
+  // No tokens map, or none for the audience: no proof (wisp-token decides whether it needs one).
+  ASSERT_TRUE(node_->Publish(TokenPublish("csi-2", Target("t2"))).ok());
+  EXPECT_EQ(token_service_.last().pod_proof(), "");
+}
+
 // Tests that a failed rotation keeps the current token and retries soon.
 TEST_F(NodeServiceTest, FailedRotationKeepsTokenAndRetries) {
   const std::string target = Target("t1");
