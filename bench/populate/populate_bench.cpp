@@ -4,15 +4,19 @@
 //   gz/xz over loopback HTTP          vs `curl | gzip -dc` / `| xz -dc`   (goal >= 90% throughput)
 //   qcow2 over loopback HTTP          vs `qemu-img convert -O raw` local  (goal <= 1.1x time)
 // The image is WISP_BENCH_MIB (default 1024) MiB with a quarter random data, the rest holes.
-// Each measurement is the best of WISP_BENCH_RUNS (default 2) runs. Outputs go to $TMPDIR.
+// Each measurement is the best of WISP_BENCH_RUNS (default 2) runs. WISP_BENCH_CASES (default
+// "raw,gz,xz,qcow2") picks the cases, e.g. WISP_BENCH_CASES=raw. Outputs go to $TMPDIR.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "importer.hpp"
 #include "test_http_server.hpp"
@@ -43,11 +47,36 @@ int EnvInt(const char* name, int fallback) {
   return v ? std::atoi(v) : fallback;
 }
 
+// The comma-separated case names of WISP_BENCH_CASES; all four when unset or empty.
+std::set<std::string> Cases() {
+  static constexpr const char* kAll[] = {"raw", "gz", "xz", "qcow2"};
+  std::set<std::string> out;
+  const char* v = std::getenv("WISP_BENCH_CASES");
+  std::string list = v ? v : "";
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = std::min(list.find(',', start), list.size());
+    std::string name = list.substr(start, comma - start);
+    if (!name.empty()) {
+      if (std::find(std::begin(kAll), std::end(kAll), name) == std::end(kAll)) {
+        std::fprintf(stderr, "WISP_BENCH_CASES: unknown case \"%s\" (raw, gz, xz, qcow2)\n",
+                     name.c_str());
+        std::exit(2);
+      }
+      out.insert(name);
+    }
+    start = comma + 1;
+  }
+  if (out.empty()) out.insert(std::begin(kAll), std::end(kAll));
+  return out;
+}
+
 }  // namespace
 
 int main() {
   const int mib = EnvInt("WISP_BENCH_MIB", 1024);
   const int runs = EnvInt("WISP_BENCH_RUNS", 2);
+  const std::set<std::string> cases = Cases();
   const std::string dir = std::filesystem::temp_directory_path() /
                           ("wisp-bench-populate-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -58,14 +87,18 @@ int main() {
       "cd " + dir + " && truncate -s " + m + "M disk.raw && for i in $(seq 0 16 " +
       std::to_string(mib - 1) + "); do dd if=/dev/urandom of=disk.raw bs=1M count=4 " +
       "seek=$i conv=notrunc status=none; done" +
-      " && gzip -1 -c disk.raw > disk.raw.gz && xz -0 -T2 -c disk.raw > disk.raw.xz" +
-      " && qemu-img convert -f raw -O qcow2 disk.raw disk.qcow2 && sync";
+      (cases.count("gz") ? " && gzip -1 -c disk.raw > disk.raw.gz" : "") +
+      (cases.count("xz") ? " && xz -0 -T2 -c disk.raw > disk.raw.xz" : "") +
+      (cases.count("qcow2") ? " && qemu-img convert -f raw -O qcow2 disk.raw disk.qcow2" : "") +
+      " && sync";
   if (Sh(build) != 0) return 1;
 
   wisp::populator::testing::TestHttpServer server;
-  for (const char* f : {"disk.raw", "disk.raw.gz", "disk.raw.xz", "disk.qcow2"}) {
-    server.Serve(std::string("/") + f, dir + "/" + f);
+  server.Serve("/disk.raw", dir + "/disk.raw");
+  for (const char* c : {"gz", "xz"}) {
+    if (cases.count(c)) server.Serve(std::string("/disk.raw.") + c, dir + "/disk.raw." + c);
   }
+  if (cases.count("qcow2")) server.Serve("/disk.qcow2", dir + "/disk.qcow2");
   if (!server.Start().ok()) return 1;
   // wisp-populator's defaults (--checkpoint-interval 64Mi, --checkpoint-min-interval 2s).
   Importer::Options options;
@@ -96,24 +129,33 @@ int main() {
     double goal;
   };
   std::vector<Row> rows;
-  rows.push_back({"raw   vs curl -o", Seconds(import("/disk.raw"), runs),
-                  Seconds(shell("curl -s -o " + dir + "/out.raw " + server.Url("/disk.raw")), runs),
-                  false, 0.85});
-  rows.push_back(
-      {"gz    vs curl | gzip -dc", Seconds(import("/disk.raw.gz"), runs),
-       Seconds(shell("curl -s " + server.Url("/disk.raw.gz") + " | gzip -dc > " + dir + "/out.raw"),
-               runs),
-       false, 0.90});
-  rows.push_back(
-      {"xz    vs curl | xz -dc", Seconds(import("/disk.raw.xz"), runs),
-       Seconds(shell("curl -s " + server.Url("/disk.raw.xz") + " | xz -dc > " + dir + "/out.raw"),
-               runs),
-       false, 0.90});
-  rows.push_back({"qcow2 vs qemu-img convert (local)", Seconds(import("/disk.qcow2"), runs),
-                  Seconds(shell("qemu-img convert -t writeback -f qcow2 -O raw " + dir +
-                                "/disk.qcow2 " + dir + "/out.raw"),
-                          runs),
-                  true, 1.10});
+  if (cases.count("raw")) {
+    rows.push_back(
+        {"raw   vs curl -o", Seconds(import("/disk.raw"), runs),
+         Seconds(shell("curl -s -o " + dir + "/out.raw " + server.Url("/disk.raw")), runs), false,
+         0.85});
+  }
+  if (cases.count("gz")) {
+    rows.push_back({"gz    vs curl | gzip -dc", Seconds(import("/disk.raw.gz"), runs),
+                    Seconds(shell("curl -s " + server.Url("/disk.raw.gz") + " | gzip -dc > " + dir +
+                                  "/out.raw"),
+                            runs),
+                    false, 0.90});
+  }
+  if (cases.count("xz")) {
+    rows.push_back(
+        {"xz    vs curl | xz -dc", Seconds(import("/disk.raw.xz"), runs),
+         Seconds(shell("curl -s " + server.Url("/disk.raw.xz") + " | xz -dc > " + dir + "/out.raw"),
+                 runs),
+         false, 0.90});
+  }
+  if (cases.count("qcow2")) {
+    rows.push_back({"qcow2 vs qemu-img convert (local)", Seconds(import("/disk.qcow2"), runs),
+                    Seconds(shell("qemu-img convert -t writeback -f qcow2 -O raw " + dir +
+                                  "/disk.qcow2 " + dir + "/out.raw"),
+                            runs),
+                    true, 1.10});
+  }
   server.Stop();
   std::printf("\n%-36s %10s %10s %10s %8s %s\n", "case (image ", "wisp s", "base s", "ratio",
               "goal", "");
