@@ -41,12 +41,19 @@ class PrefixedSource final : public ByteSource {
   ByteSource& inner_;
 };
 
+class PipelinedSha256;
+
 // Reads `inner` ahead on its own thread into up to `depth` chunks of `chunk` bytes, so the network
 // and the decompress/write work overlap. Errors and the end of `inner` arrive in order, after the
 // chunks read before them. Destruction stops the reader (after its current read returns).
+// The chunks come from a pool allocated once (no per-chunk allocation, zeroing or page faults).
+// With `hasher`, every chunk read is also handed to it, in order, without a copy: the chunk goes
+// back to the pool once both the consumer and the hasher are done with it. The hasher must outlive
+// this source; the destructor waits until it has released every chunk.
 class PrefetchSource final : public ByteSource {
  public:
-  PrefetchSource(ByteSource& inner, size_t chunk = 1 << 20, size_t depth = 8);
+  PrefetchSource(ByteSource& inner, size_t chunk = 1 << 20, size_t depth = 8,
+                 PipelinedSha256* hasher = nullptr);
   ~PrefetchSource() override;
   absl::StatusOr<size_t> Read(uint8_t* buf, size_t n) override;
 

@@ -22,11 +22,22 @@ absl::Status Errno(const std::string& what, const std::string& path) {
 }  // namespace
 
 bool IsZero(const uint8_t* p, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+  auto word = [p](size_t at) {
     uint64_t v;
-    std::memcpy(&v, p + i, 8);
-    if (v != 0) return false;
+    std::memcpy(&v, p + at, 8);
+    return v;
+  };
+  // Data fails on its first or last word almost always; zeros are OR-ed 64 bytes at a time, a
+  // loop without a branch per word that the compiler turns into vector instructions.
+  if (n >= 8 && (word(0) | word(n - 8)) != 0) return false;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    uint64_t acc = 0;
+    for (size_t k = 0; k < 64; k += 8) acc |= word(i + k);
+    if (acc != 0) return false;
+  }
+  for (; i + 8 <= n; i += 8) {
+    if (word(i) != 0) return false;
   }
   for (; i < n; ++i) {
     if (p[i] != 0) return false;
