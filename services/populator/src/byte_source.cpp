@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "checksum.hpp"
@@ -35,6 +36,15 @@ absl::StatusOr<size_t> PrefixedSource::Read(uint8_t* buf, size_t n) {
   return inner_.Read(buf, n);
 }
 
+absl::StatusOr<std::span<const uint8_t>> PrefixedSource::ReadView(uint8_t* scratch, size_t n) {
+  if (pos_ < prefix_.size()) {
+    size_t take = std::min(n, prefix_.size() - pos_);
+    pos_ += take;
+    return std::span<const uint8_t>(prefix_.data() + pos_ - take, take);
+  }
+  return inner_.ReadView(scratch, n);
+}
+
 struct PrefetchSource::State {
   struct Filled {
     size_t index;
@@ -51,8 +61,9 @@ struct PrefetchSource::State {
   std::vector<int> holders;                         // per buffer: consumer and/or hasher
   std::deque<Filled> ready;                         // read, in order, for the consumer
   size_t front_pos = 0;
-  bool done = false;  // the reader has stopped (end of stream or error)
-  bool stop = false;  // the consumer is gone
+  std::optional<size_t> held;  // a chunk popped off `ready` whose view the consumer may still use
+  bool done = false;           // the reader has stopped (end of stream or error)
+  bool stop = false;           // the consumer is gone
   absl::Status error = absl::OkStatus();
   std::thread reader;
 
@@ -65,6 +76,35 @@ struct PrefetchSource::State {
       free.push_back(index);
       cv.notify_all();
     }
+  }
+
+  // With `mu` held: the consumer is done with the view it was handed last.
+  void ReleaseHeld() {
+    if (held) Release(*held);
+    held.reset();
+  }
+
+  // With `lock` held: the next bytes for the consumer (up to n), empty at the end; the chunk
+  // they are in stays out of the pool until the consumer's next call.
+  absl::StatusOr<std::span<const uint8_t>> Next(std::unique_lock<std::mutex>& lock, size_t n) {
+    ReleaseHeld();
+    cv.wait(lock, [&] { return !ready.empty() || done; });
+    if (ready.empty()) {
+      if (!error.ok()) return error;
+      return std::span<const uint8_t>();
+    }
+    const Filled front = ready.front();
+    // The reader never touches a chunk in `ready` or held, and `buffers` only grows under the
+    // lock (the unique_ptrs move, the chunks do not).
+    const uint8_t* data = buffers[front.index].get() + front_pos;
+    size_t take = std::min(n, front.size - front_pos);
+    front_pos += take;
+    if (front_pos == front.size) {
+      ready.pop_front();
+      front_pos = 0;
+      held = front.index;
+    }
+    return std::span<const uint8_t>(data, take);
   }
 
   void Run() {
@@ -85,26 +125,34 @@ struct PrefetchSource::State {
         }
       }
       uint8_t* buf = buffers[index].get();
-      auto got = ReadFull(inner, buf, chunk);
+      // Fill the chunk; on an error, the bytes before it still go out first.
+      size_t got = 0;
+      absl::Status status = absl::OkStatus();
+      while (got < chunk) {
+        auto n = inner.Read(buf + got, chunk - got);
+        if (!n.ok()) status = n.status();
+        if (!n.ok() || *n == 0) break;
+        got += *n;
+      }
       std::unique_lock lock(mu);
-      if (!got.ok() || *got == 0) {
+      if (!status.ok()) error = status;
+      if (got == 0) {
         free.push_back(index);
-        if (!got.ok()) error = got.status();
         break;
       }
       holders[index] = hasher ? 2 : 1;
-      ready.push_back({index, *got});
+      ready.push_back({index, got});
       cv.notify_all();
       if (hasher) {
         lock.unlock();
         // In read order, so the digest covers the bytes as served.
-        hasher->Submit(buf, *got, [this, index] {
+        hasher->Submit(buf, got, [this, index] {
           std::lock_guard l(mu);
           Release(index);
         });
         lock.lock();
       }
-      if (*got < chunk) break;  // ReadFull stops short only at the end
+      if (got < chunk) break;  // short only at the end or an error
     }
     std::lock_guard lock(mu);
     done = true;
@@ -128,6 +176,7 @@ PrefetchSource::~PrefetchSource() {
   s.reader.join();
   // The consumer lets go of what it never read; the hasher may still hold chunks it was given.
   std::unique_lock lock(s.mu);
+  s.ReleaseHeld();
   for (const auto& f : s.ready) s.Release(f.index);
   s.ready.clear();
   s.cv.wait(lock, [&] { return s.free.size() == s.buffers.size(); });
@@ -136,26 +185,15 @@ PrefetchSource::~PrefetchSource() {
 absl::StatusOr<size_t> PrefetchSource::Read(uint8_t* buf, size_t n) {
   State& s = *state_;
   std::unique_lock lock(s.mu);
-  s.cv.wait(lock, [&] { return !s.ready.empty() || s.done; });
-  if (s.ready.empty()) {
-    if (!s.error.ok()) return s.error;
-    return 0;
-  }
-  const State::Filled front = s.ready.front();
-  const uint8_t* data = s.buffers[front.index].get() + s.front_pos;
-  size_t take = std::min(n, front.size - s.front_pos);
-  // The reader never touches a chunk in `ready`, and `buffers` only grows under the lock (the
-  // unique_ptrs move, the chunks do not): copy without holding the lock.
+  WISP_ASSIGN_OR_RETURN(auto view, s.Next(lock, n));
   lock.unlock();
-  std::memcpy(buf, data, take);
-  lock.lock();
-  s.front_pos += take;
-  if (s.front_pos == front.size) {
-    s.ready.pop_front();
-    s.front_pos = 0;
-    s.Release(front.index);
-  }
-  return take;
+  if (!view.empty()) std::memcpy(buf, view.data(), view.size());  // held until the next call
+  return view.size();
+}
+
+absl::StatusOr<std::span<const uint8_t>> PrefetchSource::ReadView(uint8_t*, size_t n) {
+  std::unique_lock lock(state_->mu);
+  return state_->Next(lock, n);
 }
 
 absl::StatusOr<std::unique_ptr<FileSource>> FileSource::Open(const std::string& path) {

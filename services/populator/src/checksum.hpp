@@ -85,6 +85,12 @@ class HashingSource final : public ByteSource {
     bytes_ += got;
     return got;
   }
+  absl::StatusOr<std::span<const uint8_t>> ReadView(uint8_t* scratch, size_t n) override {
+    WISP_ASSIGN_OR_RETURN(auto view, inner_.ReadView(scratch, n));
+    if (sha_ != nullptr) sha_->Update(view.data(), view.size());
+    bytes_ += view.size();
+    return view;
+  }
   uint64_t bytes() const { return bytes_; }
 
  private:

@@ -380,9 +380,10 @@ class ImageImport {
     uint64_t last_checkpoint = writer.offset();
     auto last_checkpoint_time = clock_.Steady();
     for (;;) {
-      WISP_ASSIGN_OR_RETURN(size_t got, image.Read(buf_.data(), buf_.size()));
-      if (got == 0) break;
-      WISP_RETURN_IF_ERROR(writer.Write(buf_.data(), got));
+      // A view into the prefetcher's chunk when nothing transforms the bytes (no copy).
+      WISP_ASSIGN_OR_RETURN(auto chunk, image.ReadView(buf_.data(), buf_.size()));
+      if (chunk.empty()) break;
+      WISP_RETURN_IF_ERROR(writer.Write(chunk.data(), chunk.size()));
       if (checkpointing_ && writer.offset() - last_checkpoint >= options_.checkpoint_bytes &&
           clock_.Steady() - last_checkpoint_time >= options_.checkpoint_min_interval) {
         last_checkpoint_time = clock_.Steady();
