@@ -9,7 +9,10 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
+
+#include "checksum.hpp"
 
 namespace wisp::populator {
 
@@ -33,40 +36,123 @@ absl::StatusOr<size_t> PrefixedSource::Read(uint8_t* buf, size_t n) {
   return inner_.Read(buf, n);
 }
 
+absl::StatusOr<std::span<const uint8_t>> PrefixedSource::ReadView(uint8_t* scratch, size_t n) {
+  if (pos_ < prefix_.size()) {
+    size_t take = std::min(n, prefix_.size() - pos_);
+    pos_ += take;
+    return std::span<const uint8_t>(prefix_.data() + pos_ - take, take);
+  }
+  return inner_.ReadView(scratch, n);
+}
+
 struct PrefetchSource::State {
+  struct Filled {
+    size_t index;
+    size_t size;
+  };
   ByteSource& inner;
-  size_t chunk;
-  size_t depth;
+  const size_t chunk;
+  const size_t depth;
+  PipelinedSha256* const hasher;
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::vector<uint8_t>> chunks;
+  std::vector<std::unique_ptr<uint8_t[]>> buffers;  // grows up to `depth`, never shrinks
+  std::vector<size_t> free;                         // indexes of buffers nobody holds
+  std::vector<int> holders;                         // per buffer: consumer and/or hasher
+  std::deque<Filled> ready;                         // read, in order, for the consumer
   size_t front_pos = 0;
-  bool done = false;  // the reader has stopped (end of stream or error)
-  bool stop = false;  // the consumer is gone
+  std::optional<size_t> held;  // a chunk popped off `ready` whose view the consumer may still use
+  bool done = false;           // the reader has stopped (end of stream or error)
+  bool stop = false;           // the consumer is gone
   absl::Status error = absl::OkStatus();
   std::thread reader;
 
-  State(ByteSource& in, size_t c, size_t d) : inner(in), chunk(c), depth(d) {}
+  State(ByteSource& in, size_t c, size_t d, PipelinedSha256* h)
+      : inner(in), chunk(c), depth(std::max<size_t>(d, 1)), hasher(h) {}
+
+  // With `mu` held.
+  void Release(size_t index) {
+    if (--holders[index] == 0) {
+      free.push_back(index);
+      cv.notify_all();
+    }
+  }
+
+  // With `mu` held: the consumer is done with the view it was handed last.
+  void ReleaseHeld() {
+    if (held) Release(*held);
+    held.reset();
+  }
+
+  // With `lock` held: the next bytes for the consumer (up to n), empty at the end; the chunk
+  // they are in stays out of the pool until the consumer's next call.
+  absl::StatusOr<std::span<const uint8_t>> Next(std::unique_lock<std::mutex>& lock, size_t n) {
+    ReleaseHeld();
+    cv.wait(lock, [&] { return !ready.empty() || done; });
+    if (ready.empty()) {
+      if (!error.ok()) return error;
+      return std::span<const uint8_t>();
+    }
+    const Filled front = ready.front();
+    // The reader never touches a chunk in `ready` or held, and `buffers` only grows under the
+    // lock (the unique_ptrs move, the chunks do not).
+    const uint8_t* data = buffers[front.index].get() + front_pos;
+    size_t take = std::min(n, front.size - front_pos);
+    front_pos += take;
+    if (front_pos == front.size) {
+      ready.pop_front();
+      front_pos = 0;
+      held = front.index;
+    }
+    return std::span<const uint8_t>(data, take);
+  }
 
   void Run() {
     for (;;) {
+      size_t index = 0;
       {
         std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return stop || chunks.size() < depth; });
+        cv.wait(lock, [&] { return stop || !free.empty() || buffers.size() < depth; });
         if (stop) break;
+        if (free.empty()) {
+          // Not zeroed: ReadFull overwrites what the consumer gets to see.
+          buffers.push_back(std::unique_ptr<uint8_t[]>(new uint8_t[chunk]));
+          holders.push_back(0);
+          index = buffers.size() - 1;
+        } else {
+          index = free.back();
+          free.pop_back();
+        }
       }
-      std::vector<uint8_t> buf(chunk);
-      auto got = ReadFull(inner, buf.data(), buf.size());
-      std::lock_guard lock(mu);
-      if (!got.ok()) {
-        error = got.status();
+      uint8_t* buf = buffers[index].get();
+      // Fill the chunk; on an error, the bytes before it still go out first.
+      size_t got = 0;
+      absl::Status status = absl::OkStatus();
+      while (got < chunk) {
+        auto n = inner.Read(buf + got, chunk - got);
+        if (!n.ok()) status = n.status();
+        if (!n.ok() || *n == 0) break;
+        got += *n;
+      }
+      std::unique_lock lock(mu);
+      if (!status.ok()) error = status;
+      if (got == 0) {
+        free.push_back(index);
         break;
       }
-      if (*got == 0) break;
-      buf.resize(*got);
-      chunks.push_back(std::move(buf));
+      holders[index] = hasher ? 2 : 1;
+      ready.push_back({index, got});
       cv.notify_all();
-      if (*got < chunk) break;  // ReadFull stops short only at the end
+      if (hasher) {
+        lock.unlock();
+        // In read order, so the digest covers the bytes as served.
+        hasher->Submit(buf, got, [this, index] {
+          std::lock_guard l(mu);
+          Release(index);
+        });
+        lock.lock();
+      }
+      if (got < chunk) break;  // short only at the end or an error
     }
     std::lock_guard lock(mu);
     done = true;
@@ -74,38 +160,40 @@ struct PrefetchSource::State {
   }
 };
 
-PrefetchSource::PrefetchSource(ByteSource& inner, size_t chunk, size_t depth)
-    : state_(std::make_unique<State>(inner, chunk, depth)) {
+PrefetchSource::PrefetchSource(ByteSource& inner, size_t chunk, size_t depth,
+                               PipelinedSha256* hasher)
+    : state_(std::make_unique<State>(inner, chunk, depth, hasher)) {
   state_->reader = std::thread([s = state_.get()] { s->Run(); });
 }
 
 PrefetchSource::~PrefetchSource() {
+  State& s = *state_;
   {
-    std::lock_guard lock(state_->mu);
-    state_->stop = true;
+    std::lock_guard lock(s.mu);
+    s.stop = true;
   }
-  state_->cv.notify_all();
-  state_->reader.join();
+  s.cv.notify_all();
+  s.reader.join();
+  // The consumer lets go of what it never read; the hasher may still hold chunks it was given.
+  std::unique_lock lock(s.mu);
+  s.ReleaseHeld();
+  for (const auto& f : s.ready) s.Release(f.index);
+  s.ready.clear();
+  s.cv.wait(lock, [&] { return s.free.size() == s.buffers.size(); });
 }
 
 absl::StatusOr<size_t> PrefetchSource::Read(uint8_t* buf, size_t n) {
   State& s = *state_;
   std::unique_lock lock(s.mu);
-  s.cv.wait(lock, [&] { return !s.chunks.empty() || s.done; });
-  if (s.chunks.empty()) {
-    if (!s.error.ok()) return s.error;
-    return 0;
-  }
-  auto& front = s.chunks.front();
-  size_t take = std::min(n, front.size() - s.front_pos);
-  std::memcpy(buf, front.data() + s.front_pos, take);
-  s.front_pos += take;
-  if (s.front_pos == front.size()) {
-    s.chunks.pop_front();
-    s.front_pos = 0;
-    s.cv.notify_all();
-  }
-  return take;
+  WISP_ASSIGN_OR_RETURN(auto view, s.Next(lock, n));
+  lock.unlock();
+  if (!view.empty()) std::memcpy(buf, view.data(), view.size());  // held until the next call
+  return view.size();
+}
+
+absl::StatusOr<std::span<const uint8_t>> PrefetchSource::ReadView(uint8_t*, size_t n) {
+  std::unique_lock lock(state_->mu);
+  return state_->Next(lock, n);
 }
 
 absl::StatusOr<std::unique_ptr<FileSource>> FileSource::Open(const std::string& path) {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,13 @@ class ByteSource {
  public:
   virtual ~ByteSource() = default;
   virtual absl::StatusOr<size_t> Read(uint8_t* buf, size_t n) = 0;
+  // Like Read, but may hand out a view of the source's own memory instead of copying into
+  // `scratch` (which it fills otherwise); the view stays valid until the next call on this source.
+  // Empty means a clean end of stream.
+  virtual absl::StatusOr<std::span<const uint8_t>> ReadView(uint8_t* scratch, size_t n) {
+    WISP_ASSIGN_OR_RETURN(size_t got, Read(scratch, n));
+    return std::span<const uint8_t>(scratch, got);
+  }
 };
 using ByteSourcePtr = std::unique_ptr<ByteSource>;
 
@@ -34,6 +42,7 @@ class PrefixedSource final : public ByteSource {
   PrefixedSource(std::vector<uint8_t> prefix, ByteSource& inner)
       : prefix_(std::move(prefix)), inner_(inner) {}
   absl::StatusOr<size_t> Read(uint8_t* buf, size_t n) override;
+  absl::StatusOr<std::span<const uint8_t>> ReadView(uint8_t* scratch, size_t n) override;
 
  private:
   std::vector<uint8_t> prefix_;
@@ -41,14 +50,23 @@ class PrefixedSource final : public ByteSource {
   ByteSource& inner_;
 };
 
+class PipelinedSha256;
+
 // Reads `inner` ahead on its own thread into up to `depth` chunks of `chunk` bytes, so the network
-// and the decompress/write work overlap. Errors and the end of `inner` arrive in order, after the
-// chunks read before them. Destruction stops the reader (after its current read returns).
+// and the decompress/write work overlap. Errors and the end of `inner` arrive in order, after all
+// the bytes read before them. Destruction stops the reader (after its current read returns).
+// The chunks come from a pool allocated once (no per-chunk allocation, zeroing or page faults).
+// With `hasher`, every chunk read is also handed to it, in order, without a copy: the chunk goes
+// back to the pool once both the consumer and the hasher are done with it. The hasher must outlive
+// this source; the destructor waits until it has released every chunk.
 class PrefetchSource final : public ByteSource {
  public:
-  PrefetchSource(ByteSource& inner, size_t chunk = 1 << 20, size_t depth = 8);
+  PrefetchSource(ByteSource& inner, size_t chunk = 1 << 20, size_t depth = 8,
+                 PipelinedSha256* hasher = nullptr);
   ~PrefetchSource() override;
   absl::StatusOr<size_t> Read(uint8_t* buf, size_t n) override;
+  // A view into the chunk pool (no copy).
+  absl::StatusOr<std::span<const uint8_t>> ReadView(uint8_t* scratch, size_t n) override;
 
  private:
   struct State;

@@ -24,6 +24,57 @@ std::string Sha256::HexDigest() {
   return out;
 }
 
+PipelinedSha256::PipelinedSha256() : thread_([this] { Run(); }) {}
+
+PipelinedSha256::~PipelinedSha256() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void PipelinedSha256::Run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued is done
+    Item item = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    sha_.Update(item.data, item.n);
+    if (item.done) item.done();
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+void PipelinedSha256::Submit(const uint8_t* data, size_t n, std::function<void()> done) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back({data, n, std::move(done)});
+  }
+  cv_.notify_all();
+}
+
+void PipelinedSha256::WaitIdle() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+void PipelinedSha256::Update(const uint8_t* data, size_t n) {
+  Submit(data, n, nullptr);
+  WaitIdle();
+}
+
+std::string PipelinedSha256::HexDigest() {
+  WaitIdle();
+  return sha_.HexDigest();
+}
+
 absl::StatusOr<std::string> NormalizeSha256(std::string_view value, std::string_view field) {
   if (value.substr(0, 7) == "sha256:") value.remove_prefix(7);
   std::string out;

@@ -36,6 +36,10 @@ struct HttpSource::Impl {
   beast::flat_buffer buffer;
   std::optional<http::response_parser<http::buffer_body>> parser;
   uint64_t body_read = 0;
+  // A body with a Content-Length and no transfer coding is read straight from the stream into the
+  // caller's buffer: Beast's parser would read it into `buffer` first and copy it from there.
+  bool direct = false;
+  uint64_t body_left = 0;  // direct: bytes of the body not read yet
 
   // Runs one async operation to completion on our private io_context: gives sync code timeouts.
   template <typename Start>
@@ -218,11 +222,63 @@ struct HttpSource::Impl {
         continue;
       }
       info.final_url = url.Redacted();
-      return CheckStatus();
+      WISP_RETURN_IF_ERROR(CheckStatus());
+      if (!parser->chunked() && parser->content_length()) {
+        direct = true;
+        body_left = *parser->content_length();
+      }
+      return absl::OkStatus();
     }
   }
 
+  absl::Status BodyError(error_code ec) {
+    if (ec == http::error::partial_message || ec == http::error::end_of_stream ||
+        ec == asio::error::eof || ec == asio::ssl::error::stream_truncated ||
+        ec == asio::error::connection_reset) {
+      // Offsets of the whole resource, so a resumed (Range) body reads the same way.
+      const uint64_t start = info.partial ? options.range_start : 0;
+      return absl::UnavailableError(
+          "HTTP body truncated: received " + std::to_string(start + body_read) + " of " +
+          (info.total_size ? std::to_string(*info.total_size) : std::string("?")) + " bytes from " +
+          url.Redacted());
+    }
+    if (ec == beast::error::timeout) {
+      return absl::UnavailableError("timed out reading the body from " + url.Redacted());
+    }
+    return absl::UnavailableError("reading the body from " + url.Redacted() + ": " + ec.message());
+  }
+
+  absl::StatusOr<size_t> ReadDirect(uint8_t* buf, size_t n) {
+    if (body_left == 0 || n == 0) return 0;
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(n, body_left));
+    size_t got = 0;
+    error_code ec;
+    if (buffer.size() > 0) {
+      // Body bytes that arrived with the header.
+      got = asio::buffer_copy(asio::buffer(buf, want), buffer.data());
+      buffer.consume(got);
+    } else {
+      while (got == 0 && !ec) {
+        Lowest().expires_after(options.read_timeout);
+        ec = WithStream([&](auto& s) {
+          return Run([&](auto handler) {
+            s.async_read_some(asio::buffer(buf, want),
+                              [&got, handler](error_code e, size_t k) mutable {
+                                got = k;
+                                handler(e);
+                              });
+          });
+        });
+      }
+    }
+    body_read += got;
+    body_left -= got;
+    if (got > 0) return got;
+    return BodyError(ec);
+  }
+
   absl::StatusOr<size_t> Read(uint8_t* buf, size_t n) {
+    if (direct) return ReadDirect(buf, n);
     while (true) {
       if (parser->is_done() || n == 0) return 0;
       auto& body = parser->get().body();
@@ -235,23 +291,7 @@ struct HttpSource::Impl {
       if (ec == http::error::need_buffer) ec = {};
       size_t got = n - body.size;
       body_read += got;
-      if (ec) {
-        if (ec == http::error::partial_message || ec == http::error::end_of_stream ||
-            ec == asio::error::eof || ec == asio::ssl::error::stream_truncated ||
-            ec == asio::error::connection_reset) {
-          // Offsets of the whole resource, so a resumed (Range) body reads the same way.
-          const uint64_t start = info.partial ? options.range_start : 0;
-          return absl::UnavailableError(
-              "HTTP body truncated: received " + std::to_string(start + body_read) + " of " +
-              (info.total_size ? std::to_string(*info.total_size) : std::string("?")) +
-              " bytes from " + url.Redacted());
-        }
-        if (ec == beast::error::timeout) {
-          return absl::UnavailableError("timed out reading the body from " + url.Redacted());
-        }
-        return absl::UnavailableError("reading the body from " + url.Redacted() + ": " +
-                                      ec.message());
-      }
+      if (ec) return BodyError(ec);
       if (got > 0) return got;
     }
   }

@@ -150,8 +150,12 @@ class Reporter {
   bool started_ = false;
 };
 
-absl::Status CheckDigest(Sha256& sha, const std::string& want, std::string* got_out) {
-  std::string got = sha.HexDigest();
+// The digest is computed only when the spec asks for one (`sha` is then set): nothing to verify
+// means no hashing and an empty result.
+absl::Status CheckDigest(std::optional<PipelinedSha256>& sha, const std::string& want,
+                         std::string* got_out) {
+  if (!sha) return absl::OkStatus();
+  std::string got = sha->HexDigest();
   *got_out = got;
   if (!want.empty() && got != want) {
     return absl::DataLossError("sha256 mismatch: the source's checksum is " + got + ", expected " +
@@ -191,6 +195,8 @@ void Importer::Cleanup(const std::string& dir) {
 
 namespace {
 
+constexpr size_t kPrefetchDepth = 8;  // chunks of buffer_size read ahead of the writer
+
 // One run of an image import (HTTP or stream); holds the pipeline's state.
 class ImageImport {
  public:
@@ -214,8 +220,11 @@ class ImageImport {
       Importer::Cleanup(spec_.dir);
     }
     if (body == nullptr) return absl::InvalidArgumentError("stream: no body to import");
-    PrefetchSource ahead(*body, options_.buffer_size);
-    HashingSource tap(ahead, &sha_);
+    // The hasher sees the held prefix first, then every chunk the prefetcher reads, on its thread.
+    if (!spec_.sha256.empty()) sha_.emplace();
+    if (resume_offset > 0) WISP_RETURN_IF_ERROR(RehashPrefix(resume_offset));
+    PrefetchSource ahead(*body, options_.buffer_size, kPrefetchDepth, sha_ ? &*sha_ : nullptr);
+    HashingSource tap(ahead, nullptr);  // counts the bytes as served
     tap_ = &tap;
     progress_.total = total;
     progress_.stage = "download";
@@ -308,20 +317,24 @@ class ImageImport {
                                       "compressed)");
   }
 
-  absl::StatusOr<ImportResult> ResumeRaw(uint64_t offset) {
-    // Re-hash the prefix we already hold: holes read back as the zeros the source had.
-    {
-      WISP_ASSIGN_OR_RETURN(auto part, FileSource::Open(Join(spec_.dir, kDiskPart)));
-      uint64_t left = offset;
-      while (left > 0) {
-        WISP_ASSIGN_OR_RETURN(size_t got,
-                              part->Read(buf_.data(), std::min<uint64_t>(left, buf_.size())));
-        if (got == 0)
-          return absl::InternalError("resume checkpoint is past the end of disk.img.part");
-        sha_.Update(buf_.data(), got);
-        left -= got;
-      }
+  // Re-hashes the prefix we already hold (holes read back as the zeros the source had); only when
+  // a checksum is to be verified.
+  absl::Status RehashPrefix(uint64_t offset) {
+    if (!sha_) return absl::OkStatus();
+    WISP_ASSIGN_OR_RETURN(auto part, FileSource::Open(Join(spec_.dir, kDiskPart)));
+    uint64_t left = offset;
+    while (left > 0) {
+      WISP_ASSIGN_OR_RETURN(size_t got,
+                            part->Read(buf_.data(), std::min<uint64_t>(left, buf_.size())));
+      if (got == 0)
+        return absl::InternalError("resume checkpoint is past the end of disk.img.part");
+      sha_->Update(buf_.data(), got);
+      left -= got;
     }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<ImportResult> ResumeRaw(uint64_t offset) {
     if (progress_.total && *progress_.total > spec_.capacity) {
       return absl::OutOfRangeError("image is " + std::to_string(*progress_.total) +
                                    " bytes, larger than the volume capacity of " +
@@ -368,9 +381,10 @@ class ImageImport {
     uint64_t last_checkpoint = writer.offset();
     auto last_checkpoint_time = clock_.Steady();
     for (;;) {
-      WISP_ASSIGN_OR_RETURN(size_t got, image.Read(buf_.data(), buf_.size()));
-      if (got == 0) break;
-      WISP_RETURN_IF_ERROR(writer.Write(buf_.data(), got));
+      // A view into the prefetcher's chunk when nothing transforms the bytes (no copy).
+      WISP_ASSIGN_OR_RETURN(auto chunk, image.ReadView(buf_.data(), buf_.size()));
+      if (chunk.empty()) break;
+      WISP_RETURN_IF_ERROR(writer.Write(chunk.data(), chunk.size()));
       if (checkpointing_ && writer.offset() - last_checkpoint >= options_.checkpoint_bytes &&
           clock_.Steady() - last_checkpoint_time >= options_.checkpoint_min_interval) {
         last_checkpoint_time = clock_.Steady();
@@ -499,7 +513,7 @@ class ImageImport {
   std::vector<uint8_t> buf_;
   std::unique_ptr<HttpSource> http_;
   std::string validator_;
-  Sha256 sha_;
+  std::optional<PipelinedSha256> sha_;  // only when spec_.sha256 asks for a check
   HashingSource* tap_ = nullptr;
   ImportProgress progress_;
   ImportResult result_;

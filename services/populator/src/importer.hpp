@@ -3,7 +3,8 @@
 // no NATS in sight (the service wraps it in durable jobs).
 //
 // Pipeline for an HTTP(S) source:
-//   socket -> sha256 tap (the bytes as served) -> detect format by content -> [gz|xz|zst
+//   socket -> prefetch thread (chunk pool; when spec.sha256 asks, each chunk also goes to a hasher
+//   thread: the bytes as served) -> detect format by content -> [gz|xz|zst
 //   decompressor] -> detect again -> raw: SparseWriter into disk.img.part
 //                                   qcow2: Qcow2StreamConverter into disk.img.part as the
 //                                          bytes arrive (qcow2_stream.hpp); images it leaves
@@ -16,8 +17,8 @@
 // byte is written; a compressed raw image is checked as it is written.
 // Resume: for an uncompressed raw image the importer checkpoints (fdatasync + disk.img.resume)
 // every `checkpoint_bytes`; after a crash or a transient error the next Run() asks for
-// "Range: bytes=<checkpoint>-" with If-Range and re-hashes the prefix it already holds; a server
-// that ignores Range makes it start over. Other formats restart cleanly.
+// "Range: bytes=<checkpoint>-" with If-Range and (to verify a sha256) re-hashes the prefix it
+// already holds; a server that ignores Range makes it start over. Other formats restart cleanly.
 // Errors carry codes that say whether retrying can help: see IsPermanent().
 //
 //   Importer importer(Importer::Options{});
@@ -71,7 +72,7 @@ using ProgressFn = std::function<absl::Status(const ImportProgress&)>;
 
 struct ImportResult {
   std::string format;       // "raw", "qcow2", "raw.gz", "qcow2.xz", "blank", "clone"
-  std::string sha256;       // of the source bytes as served (empty for blank/clone)
+  std::string sha256;       // of the source bytes as served, when spec.sha256 asked (verified)
   uint64_t bytes_read = 0;  // in this run (a resumed run reads only the rest)
   uint64_t bytes_written = 0;
   uint64_t virtual_size = 0;  // image size before extending to capacity

@@ -9,6 +9,10 @@
 #include <filesystem>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace wisp::populator {
 namespace {
 
@@ -22,11 +26,33 @@ absl::Status Errno(const std::string& what, const std::string& path) {
 }  // namespace
 
 bool IsZero(const uint8_t* p, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+  auto word = [p](size_t at) {
     uint64_t v;
-    std::memcpy(&v, p + i, 8);
-    if (v != 0) return false;
+    std::memcpy(&v, p + at, 8);
+    return v;
+  };
+  // Data fails on its first or last word almost always; zeros are OR-ed 128 bytes per test (one
+  // branch per 8 vector loads: a 4 KiB zero block costs about as much as reading it).
+  if (n >= 8 && (word(0) | word(n - 8)) != 0) return false;
+  size_t i = 0;
+#if defined(__SSE2__)
+  for (; i + 128 <= n; i += 128) {
+    const auto* v = reinterpret_cast<const __m128i*>(p + i);
+    __m128i acc =
+        _mm_or_si128(_mm_or_si128(_mm_or_si128(_mm_loadu_si128(v), _mm_loadu_si128(v + 1)),
+                                  _mm_or_si128(_mm_loadu_si128(v + 2), _mm_loadu_si128(v + 3))),
+                     _mm_or_si128(_mm_or_si128(_mm_loadu_si128(v + 4), _mm_loadu_si128(v + 5)),
+                                  _mm_or_si128(_mm_loadu_si128(v + 6), _mm_loadu_si128(v + 7))));
+    if (_mm_movemask_epi8(_mm_cmpeq_epi8(acc, _mm_setzero_si128())) != 0xFFFF) return false;
+  }
+#endif
+  for (; i + 64 <= n; i += 64) {
+    uint64_t acc = 0;
+    for (size_t k = 0; k < 64; k += 8) acc |= word(i + k);
+    if (acc != 0) return false;
+  }
+  for (; i + 8 <= n; i += 8) {
+    if (word(i) != 0) return false;
   }
   for (; i < n; ++i) {
     if (p[i] != 0) return false;

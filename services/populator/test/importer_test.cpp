@@ -173,6 +173,25 @@ TEST_F(ImporterTest, FallsBackToQemuImgForExtendedL2) {
   EXPECT_FALSE(result.ok());
 }
 
+// Tests that the raw path hashes only when a checksum is asked for (no digest to report otherwise)
+// and comes out byte for byte either way, with small chunks so the pipelined hasher and the
+// prefetch pool cycle many times.
+TEST_F(ImporterTest, HashesOnlyWhenAsked) {
+  Importer::Options opts;
+  opts.buffer_size = 64 << 10;
+  for (bool ask : {false, true}) {
+    SCOPED_TRACE(ask ? "sha256 asked" : "no sha256");
+    std::filesystem::remove_all(vol_);
+    auto spec = Http("/disk.raw");
+    if (ask) spec.sha256 = Sha256Of(*images_ + "/disk.raw");
+    auto result = Run(spec, opts);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->sha256, spec.sha256);
+    EXPECT_EQ(result->bytes_read, kImageSize);
+    EXPECT_TRUE(ReadFileOrDie(Disk()) == ReadFileOrDie(*images_ + "/disk.raw"));
+  }
+}
+
 // Tests that disk.img is extended to the capacity, the tail reading as zeros, and stays sparse.
 TEST_F(ImporterTest, ExtendsToCapacity) {
   auto result = Run(Http("/disk.qcow2.xz", 2 * kImageSize));
