@@ -37,20 +37,6 @@ std::string ReadAll(const std::string& path) {
   return s;
 }
 
-// `name`.pem / `name`-key.pem signed by `ca` (P-256), with the given extensions.
-std::string Issue(const std::string& ca, const std::string& name, const std::string& ext) {
-  return "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=" + name +
-         " -keyout " + name + "-key.pem -out " + name + ".csr 2>/dev/null && printf '" + ext +
-         "' > " + name + ".ext && openssl x509 -req -in " + name + ".csr -CA " + ca +
-         ".pem -CAkey " + ca + "-key.pem -CAcreateserial -days 2 -extfile " + name + ".ext -out " +
-         name + ".pem 2>/dev/null";
-}
-std::string MakeCa(const std::string& name) {
-  return "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "
-         "'/CN=" +
-         name + "' -keyout " + name + "-key.pem -out " + name + ".pem 2>/dev/null";
-}
-
 class NatsTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -58,15 +44,18 @@ class NatsTlsTest : public ::testing::Test {
     const std::string& d = dir_->path();
     // The test CA: the server's certificate (127.0.0.1 / localhost) and a client certificate; a
     // second, unrelated CA with its own client certificate.
-    auto r = RunCommand("cd " + d + " && " + MakeCa("ca") + " && " +
-                        Issue("ca", "server",
-                              "subjectAltName=IP:127.0.0.1,DNS:localhost\\n"
-                              "extendedKeyUsage=serverAuth\\n") +
-                        " && " + Issue("ca", "client", "extendedKeyUsage=clientAuth\\n") + " && " +
-                        MakeCa("rogue-ca") + " && " +
-                        Issue("rogue-ca", "rogue", "extendedKeyUsage=clientAuth\\n"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    r = RunCommand(SourceDir() + "/scripts/nats-auth " + d + "/secrets > " + d + "/users.conf");
+    auto ca = TestCa::Create(d, "ca");
+    ASSERT_TRUE(ca.ok()) << ca.status();
+    ASSERT_TRUE(ca->Issue("server",
+                          "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                          "extendedKeyUsage=serverAuth\n")
+                    .ok());
+    ASSERT_TRUE(ca->Issue("client", "extendedKeyUsage=clientAuth\n").ok());
+    auto rogue = TestCa::Create(d, "rogue-ca");
+    ASSERT_TRUE(rogue.ok()) << rogue.status();
+    ASSERT_TRUE(rogue->Issue("rogue", "extendedKeyUsage=clientAuth\n").ok());
+    auto r =
+        RunCommand(SourceDir() + "/scripts/nats-auth " + d + "/secrets > " + d + "/users.conf");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::ofstream(d + "/nats.conf") << "tls {\n  cert_file: \"" << d << "/server.pem\"\n"
                                     << "  key_file: \"" << d << "/server-key.pem\"\n"

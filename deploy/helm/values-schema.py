@@ -39,6 +39,7 @@ schema={
     "resources":res,
     "auth":O({"enabled":B(),"permissions":O({k:free for k in ["gateway","policy","token","populator","wispctl"]})}),
     "tls":O({"enabled":B(),"serverSecret":S(),"clientSecret":S(),"verifyClients":B()}),
+    "routeTls":O({"enabled":B(),"secret":S()}),
     "external":O({"urls":S(pattern=r"^((nats|tls)://[^,\s]+)(,(nats|tls)://[^,\s]+)*$|^$"),"existingSecret":S(),"user":S(),"credsKey":S(),"caKey":S()}),
     "podDisruptionBudget":pdb}),
   "gateway":O({

@@ -26,8 +26,9 @@ COMMANDS
     `wispctl COMMAND --help` documents each command's options.
 
 ENVIRONMENT
-    WISP_NATS_URL, WISP_NATS_USER, WISP_NATS_PASSWORD, WISP_GATEWAY_URL, WISP_CA_FILE: as written
-    by scripts/local-up to var/local/endpoints.env (`set -a; . var/local/endpoints.env; set +a`).
+    WISP_NATS_URL, WISP_NATS_USER, WISP_NATS_PASSWORD, WISP_NATS_CA, WISP_NATS_CERT,
+    WISP_NATS_KEY, WISP_GATEWAY_URL, WISP_CA_FILE: as written by scripts/local-up to
+    var/local/endpoints.env (`set -a; . var/local/endpoints.env; set +a`).
 
 EXIT STATUS
     0 success; 1 the operation failed; 2 bad usage.

@@ -355,7 +355,28 @@ absl::Status NatsServer::Launch(std::chrono::milliseconds timeout) {
     po.args.insert(po.args.end(), {"-js", "-sd", options_.store_dir});
   }
   if (!options_.server_name.empty()) po.args.insert(po.args.end(), {"-n", options_.server_name});
-  if (!options_.cluster_name.empty()) {
+  if (options_.monitor_port > 0) {
+    po.args.insert(po.args.end(), {"-m", std::to_string(options_.monitor_port)});
+  }
+  if (!options_.cluster_name.empty() && options_.route_tls) {
+    // The command line has no flags for route TLS: the whole cluster block goes into a file.
+    for (const auto& a : options_.extra_args) {
+      if (a == "-c" || a == "--config") {
+        return absl::InvalidArgumentError("NatsServer: route_tls and a -c in extra_args");
+      }
+    }
+    const RouteTls& t = *options_.route_tls;
+    const std::string conf = RunDir() + "/nats-" + std::to_string(options_.port) + "-cluster.conf";
+    std::ofstream out(conf);
+    out << "cluster {\n  name: \"" << options_.cluster_name
+        << "\"\n  listen: \"127.0.0.1:" << options_.cluster_port << "\"\n  routes: [\n";
+    for (const auto& r : options_.routes) out << "    \"" << r << "\"\n";
+    out << "  ]\n  tls {\n    cert_file: \"" << t.cert_file << "\"\n    key_file: \"" << t.key_file
+        << "\"\n    ca_file: \"" << t.ca_file << "\"\n    verify: true\n    timeout: 2\n  }\n}\n";
+    out.close();
+    if (!out) return absl::InternalError("cannot write " + conf);
+    po.args.insert(po.args.end(), {"-c", conf});
+  } else if (!options_.cluster_name.empty()) {
     po.args.insert(po.args.end(), {"--cluster_name", options_.cluster_name, "--cluster",
                                    "nats://127.0.0.1:" + std::to_string(options_.cluster_port)});
     std::string routes;
@@ -400,6 +421,11 @@ absl::Status NatsServer::Restart(std::chrono::milliseconds timeout) {
 // ---- NatsCluster ----
 
 absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(int nodes) {
+  return Start(Options{.nodes = nodes});
+}
+
+absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(Options options) {
+  const int nodes = options.nodes;
   auto cluster = std::make_unique<NatsCluster>();
   std::vector<int> cluster_ports;
   for (int i = 0; i < nodes; ++i) cluster_ports.push_back(FreePort());
@@ -408,6 +434,8 @@ absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(int nodes) {
     opts[i].server_name = "n" + std::to_string(i);
     opts[i].cluster_name = "wisp-it";
     opts[i].cluster_port = cluster_ports[i];
+    opts[i].monitor_port = FreePort();
+    opts[i].route_tls = options.route_tls;
     for (int j = 0; j < nodes; ++j) {
       if (j != i) opts[i].routes.push_back("nats://127.0.0.1:" + std::to_string(cluster_ports[j]));
     }
@@ -421,6 +449,42 @@ absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(int nodes) {
     WISP_RETURN_IF_ERROR(n->process()->WaitForLog("JetStream cluster", std::chrono::seconds(20)));
   }
   return cluster;
+}
+
+std::vector<std::string> NatsCluster::route_urls() const {
+  std::vector<std::string> out;
+  for (const auto& n : nodes_) {
+    out.push_back("nats://127.0.0.1:" + std::to_string(n->cluster_port()));
+  }
+  return out;
+}
+
+absl::StatusOr<TestCa> TestCa::Create(std::string dir, std::string name) {
+  TestCa ca(std::move(dir), std::move(name));
+  const std::string cmd = "cd '" + ca.dir_ +
+                          "' && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+                          "-nodes -days 2 -subj '/CN=" +
+                          ca.name_ + "' -keyout '" + ca.name_ + "-key.pem' -out '" + ca.name_ +
+                          ".pem' >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) return absl::InternalError("openssl: cannot make " + ca.name_);
+  return ca;
+}
+
+absl::Status TestCa::Issue(const std::string& cert, const std::string& extensions) const {
+  {
+    std::ofstream ext(Path(cert + ".ext"));
+    ext << extensions;
+  }
+  const std::string cmd =
+      "cd '" + dir_ + "' && openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes " +
+      "-subj '/CN=" + cert + "' -keyout '" + cert + "-key.pem' -out '" + cert +
+      ".csr' 2>/dev/null && openssl x509 -req -in '" + cert + ".csr' -CA '" + name_ +
+      ".pem' -CAkey '" + name_ + "-key.pem' -CAcreateserial -days 2 -extfile '" + cert +
+      ".ext' -out '" + cert + ".pem' 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0) {
+    return absl::InternalError("openssl: cannot issue " + cert + " from " + name_);
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> NatsCluster::urls() const {

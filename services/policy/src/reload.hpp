@@ -11,6 +11,8 @@
 //     again.
 //   - Every attempt counts in wisp_policy_reloads_total{trigger,result}; the gauge
 //     wisp_policy_reload_success is 1 after a successful (or the initial) load, 0 after a refusal.
+//   - The mechanism (reading, change detection, the watcher thread, serialization) is
+//     config::FileReloader, shared with wisp-token's PolicyWatcher.
 //
 // Example:
 //   policy::ReloadMetrics reload_metrics(registry);
@@ -20,17 +22,16 @@
 //   reloader.Watch(std::chrono::seconds(10));      // optional
 //   (*process)->WaitForSignal([&] { (void)reloader.Reload("sighup"); });
 #include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <string>
-#include <thread>
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
 #include "policy/src/policy.hpp"
+#include "wisp/config/file_reloader.hpp"
 
 namespace wisp::policy {
 
@@ -59,18 +60,13 @@ class PolicyReloader {
   void Watch(std::chrono::milliseconds interval);
 
  private:
-  absl::Status Load(const std::string& bytes, std::string_view trigger);
+  absl::Status Load(const std::string& bytes);
+  void Observe(std::string_view trigger, const absl::Status& result);
 
   const std::string path_;
   Apply apply_;
   ReloadMetrics& metrics_;
-  std::mutex mu_;           // serializes reloads (signal thread vs watcher)
-  std::string last_bytes_;  // the bytes of the last attempt, loaded or refused
-  bool have_last_ = false;
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::thread watcher_;
+  std::unique_ptr<config::FileReloader> reloader_;
 };
 
 }  // namespace wisp::policy

@@ -1,11 +1,6 @@
 #include "policy_store.hpp"
 
 #include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <ctime>
-#include <filesystem>
 
 #include "wisp/log/log.hpp"
 
@@ -98,46 +93,26 @@ PolicyWatcher::PolicyWatcher(PolicyStore& store, Options options, Clock& clock,
       clock_(clock),
       metrics_(metrics),
       factory_(std::move(factory)) {
-  fingerprint_ = Fingerprint();
+  reloader_ = std::make_unique<config::FileReloader>(
+      config::FileReloader::Options{.path = options_.path,
+                                    .interval = options_.poll_interval,
+                                    .change_trigger = "file changed",
+                                    .sighup_trigger = "SIGHUP",
+                                    .take_sighup = options_.handle_sighup,
+                                    .on_tick = [this] { RefreshJwks(); }},
+      // The file is loaded by path (LoadPolicyFile); the bytes serve change detection.
+      [this](const std::string&) { return Apply(); },
+      [this](std::string_view trigger, const absl::Status& st) { Observe(trigger, st); });
   metrics_.policy_last_reload_success_timestamp_seconds.Set(
       static_cast<double>(clock_.NowUnixSeconds()));
 }
 
 PolicyWatcher::~PolicyWatcher() { Stop(); }
 
-std::string PolicyWatcher::Fingerprint() const {
-  // A ConfigMap volume swaps the ..data symlink: the file's own stat follows it, and the link
-  // target names the new timestamped directory even when size and mtime happen to match.
-  std::string fp;
-  struct stat st {};
-  if (stat(options_.path.c_str(), &st) == 0) {
-    fp = std::to_string(st.st_ino) + "/" + std::to_string(st.st_size) + "/" +
-         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
-  }
-  std::error_code ec;
-  const auto data = std::filesystem::path(options_.path).parent_path() / "..data";
-  if (std::filesystem::is_symlink(data, ec)) {
-    fp += "|" + std::filesystem::read_symlink(data, ec).string();
-  }
-  return fp;
-}
-
-bool PolicyWatcher::FileChanged() {
-  std::lock_guard guard(reload_mu_);  // Reload() may run on main's thread (SIGHUP) meanwhile
-  return Fingerprint() != fingerprint_;
-}
-
-absl::Status PolicyWatcher::Reload(std::string_view trigger) {
-  std::lock_guard guard(reload_mu_);
-  fingerprint_ = Fingerprint();
+absl::Status PolicyWatcher::Apply() {
   const auto current = store_.Current();
   auto next = LoadPolicyFile(options_.path, current.get(), clock_, &metrics_, factory_);
-  if (!next.ok()) {
-    metrics_.PolicyReload("error").Increment();
-    SPDLOG_LOGGER_ERROR(Logger(), "policy reload ({}) failed, keeping the policy in force: {}",
-                        trigger, std::string(next.status().message()));
-    return next.status();
-  }
+  if (!next.ok()) return next.status();
   if (next->LongestTokenSeconds() > current->LongestTokenSeconds()) {
     // Retired keys stay in the JWKS for the lifetime the key manager was started with.
     SPDLOG_LOGGER_WARN(Logger(),
@@ -146,12 +121,23 @@ absl::Status PolicyWatcher::Reload(std::string_view trigger) {
                        next->LongestTokenSeconds(), current->LongestTokenSeconds());
   }
   store_.Replace(*std::move(next));
+  return absl::OkStatus();
+}
+
+void PolicyWatcher::Observe(std::string_view trigger, const absl::Status& st) {
+  if (!st.ok()) {
+    metrics_.PolicyReload("error").Increment();
+    SPDLOG_LOGGER_ERROR(Logger(), "policy reload ({}) failed, keeping the policy in force: {}",
+                        trigger, std::string(st.message()));
+    return;
+  }
   metrics_.PolicyReload("ok").Increment();
   metrics_.policy_last_reload_success_timestamp_seconds.Set(
       static_cast<double>(clock_.NowUnixSeconds()));
   SPDLOG_LOGGER_INFO(Logger(), "policy reloaded from {} ({})", options_.path, trigger);
-  return absl::OkStatus();
 }
+
+absl::Status PolicyWatcher::Reload(std::string_view trigger) { return reloader_->Reload(trigger); }
 
 void PolicyWatcher::RefreshJwks() {
   const auto policy = store_.Current();
@@ -160,52 +146,8 @@ void PolicyWatcher::RefreshJwks() {
   }
 }
 
-void PolicyWatcher::Start() {
-  std::lock_guard lock(mu_);
-  if (thread_.joinable() || stop_) return;
-  thread_ = std::thread([this] { Loop(); });
-}
+void PolicyWatcher::Start() { reloader_->Start(); }
 
-void PolicyWatcher::Stop() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) {
-    // Wakes a sigtimedwait at once (a thread-directed SIGHUP only this thread waits for).
-    if (options_.handle_sighup) pthread_kill(thread_.native_handle(), SIGHUP);
-    thread_.join();
-  }
-}
-
-void PolicyWatcher::Loop() {
-  sigset_t hup;
-  sigemptyset(&hup);
-  sigaddset(&hup, SIGHUP);
-  sigset_t blocked;
-  pthread_sigmask(SIG_BLOCK, nullptr, &blocked);
-  const bool take_sighup = options_.handle_sighup && sigismember(&blocked, SIGHUP) == 1;
-  while (true) {
-    bool got_hup = false;
-    if (take_sighup) {
-      // The wait for SIGHUP is this loop's sleep; Stop() is seen within one poll interval.
-      const auto ms = options_.poll_interval.count();
-      timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>((ms % 1000) * 1'000'000)};
-      got_hup = sigtimedwait(&hup, nullptr, &ts) == SIGHUP;
-      std::lock_guard lock(mu_);
-      if (stop_) return;
-    } else {
-      std::unique_lock lock(mu_);
-      if (cv_.wait_for(lock, options_.poll_interval, [this] { return stop_; })) return;
-    }
-    if (got_hup) {
-      (void)Reload("SIGHUP");
-    } else if (FileChanged()) {
-      (void)Reload("file changed");
-    }
-    RefreshJwks();
-  }
-}
+void PolicyWatcher::Stop() { reloader_->Stop(); }
 
 }  // namespace wisp::token

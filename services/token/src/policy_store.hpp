@@ -8,8 +8,10 @@
 //     RemoteJwks: reused from `previous` when url, CA file and refresh are unchanged (its keys
 //     carry over), else made and fetched once now (a failed first fetch is logged; the watcher
 //     retries).
-//   - PolicyWatcher re-reads the file on SIGHUP and when the file changes (polled: size, mtime,
-//     inode, and the target of a ConfigMap's ..data symlink), and refreshes remote JWKS when due.
+//   - PolicyWatcher re-reads the file on SIGHUP and when the file's bytes change (polled every
+//     poll_interval; a file that is briefly missing, as in a ConfigMap's symlink swap, is not a
+//     change), and refreshes remote JWKS when due. The mechanism is config::FileReloader, shared
+//     with wisp-policy's PolicyReloader.
 //     A file that does not load keeps the policy in force and logs why (naming the YAML key);
 //     wisp_token_policy_reloads_total{outcome="ok"|"error"} counts both, and
 //     wisp_token_policy_last_reload_success_timestamp_seconds is the time of the policy in force.
@@ -25,16 +27,15 @@
 //   PolicyWatcher watcher(store, {.path = path}, clock, metrics);
 //   watcher.Start();  ... watcher.Stop();
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "metrics.hpp"
 #include "policy.hpp"
 #include "remote_jwks.hpp"
+#include "wisp/config/file_reloader.hpp"
 #include "wisp/status/clock.hpp"
 
 namespace wisp::token {
@@ -84,22 +85,15 @@ class PolicyWatcher {
   void Stop();
 
  private:
-  std::string Fingerprint() const;
-  bool FileChanged();
-  void Loop();
+  absl::Status Apply();
+  void Observe(std::string_view trigger, const absl::Status& result);
 
   PolicyStore& store_;
   const Options options_;
   Clock& clock_;
   TokenMetrics& metrics_;
   JwksFetcherFactory factory_;
-
-  std::mutex reload_mu_;
-  std::string fingerprint_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  std::unique_ptr<config::FileReloader> reloader_;
 };
 
 }  // namespace wisp::token

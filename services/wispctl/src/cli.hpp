@@ -20,6 +20,8 @@ struct Connection {
   std::string nats_password;
   std::string nats_creds;
   std::string nats_ca;
+  std::string nats_cert;
+  std::string nats_key;
   std::chrono::milliseconds timeout = std::chrono::seconds(2);
 };
 

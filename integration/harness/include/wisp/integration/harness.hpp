@@ -100,6 +100,36 @@ class Process {
   std::optional<int> exit_code_;
 };
 
+// A throwaway certificate authority (P-256, made by the openssl command line) whose files live in
+// `dir`: <name>.pem and <name>-key.pem; Issue() adds <cert>.pem and <cert>-key.pem signed by it.
+//   auto ca = TestCa::Create(dir.path()).value();
+//   ASSERT_TRUE(ca.Issue("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+//                   .ok());
+class TestCa {
+ public:
+  static absl::StatusOr<TestCa> Create(std::string dir, std::string name = "ca");
+  // `extensions`: openssl x509 extension lines (subjectAltName=..., extendedKeyUsage=...).
+  absl::Status Issue(const std::string& cert, const std::string& extensions) const;
+  std::string ca_file() const { return Path(name_ + ".pem"); }
+  std::string cert_file(const std::string& cert) const { return Path(cert + ".pem"); }
+  std::string key_file(const std::string& cert) const { return Path(cert + "-key.pem"); }
+
+ private:
+  TestCa(std::string dir, std::string name) : dir_(std::move(dir)), name_(std::move(name)) {}
+  std::string Path(const std::string& file) const { return dir_ + "/" + file; }
+  std::string dir_;
+  std::string name_;
+};
+
+// TLS for the routes of a cluster node (nats-server `cluster { tls { ... verify: true } }`): the
+// node presents cert_file when it dials and when it is dialled, and verifies the other side
+// against ca_file. The certificate needs IP:127.0.0.1 and both serverAuth and clientAuth.
+struct RouteTls {
+  std::string cert_file;
+  std::string key_file;
+  std::string ca_file;
+};
+
 class NatsServer {
  public:
   struct Options {
@@ -110,6 +140,10 @@ class NatsServer {
     std::string cluster_name;  // set with cluster_port/routes to join a cluster
     int cluster_port = 0;
     std::vector<std::string> routes;  // nats://127.0.0.1:<cluster port> of the others
+    // Routes over TLS: the cluster block goes into a generated config file (-c), so extra_args
+    // must not hold another -c.
+    std::optional<RouteTls> route_tls;
+    int monitor_port = 0;  // > 0: the HTTP monitoring port (-m: /varz, /routez, /jsz ...)
     std::vector<std::string> extra_args;
   };
   static absl::StatusOr<std::unique_ptr<NatsServer>> Start();
@@ -117,6 +151,8 @@ class NatsServer {
   ~NatsServer();
 
   int port() const { return options_.port; }
+  int cluster_port() const { return options_.cluster_port; }
+  int monitor_port() const { return options_.monitor_port; }
   std::string url() const;  // nats://127.0.0.1:<port>
   const std::string& store_dir() const { return options_.store_dir; }
   Process* process() { return process_.get(); }
@@ -135,10 +171,20 @@ class NatsServer {
   int starts_ = 0;
 };
 
-// Three routed nats-server nodes with JetStream (replicated streams and KV work).
+// Three routed nats-server nodes with JetStream (replicated streams and KV work), each with a
+// monitoring port.
 class NatsCluster {
  public:
+  struct Options {
+    int nodes = 3;
+    // Every node's routes over TLS with this certificate (one certificate serves every node on
+    // loopback).
+    std::optional<RouteTls> route_tls;
+  };
   static absl::StatusOr<std::unique_ptr<NatsCluster>> Start(int nodes = 3);
+  static absl::StatusOr<std::unique_ptr<NatsCluster>> Start(Options options);
+  // nats://127.0.0.1:<cluster port> of every node (to route another server to this cluster).
+  std::vector<std::string> route_urls() const;
   std::vector<std::string> urls() const;
   NatsServer& node(int i) { return *nodes_[i]; }
   int size() const { return static_cast<int>(nodes_.size()); }

@@ -1,0 +1,123 @@
+// scripts/local-up end to end, with this build's binaries (WISP_SKIP_BUILD=1, WISP_BUILD_DIR),
+// free ports and a temporary state directory:
+//   - NATS serves TLS and verifies client certificates, every service connects over it, and
+//     wispctl given only endpoints.env (as README says: set -a; . endpoints.env; set +a) sees all
+//     four services answer;
+//   - wispctl without the client certificate, or without the CA, is refused;
+//   - SIGTERM stops everything with exit 0, and a second start reuses the CA and certificates.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "wisp/integration/harness.hpp"
+#include "wisp/integration/stack.hpp"
+
+namespace wisp::integration {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A port p with nothing listening on p + `plus` either (local-up derives ports from its bases).
+int FreePortWith(int plus) {
+  for (int i = 0; i < 50; ++i) {
+    const int p = FreePort();
+    if (p + plus < 65536 && !WaitForTcp("127.0.0.1", p + plus, 0ms).ok()) return p;
+  }
+  return FreePort();
+}
+
+class LocalUpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_ = std::make_unique<TempDir>("wisp-local-up");
+    build_dir_ = fs::path(BinaryPath("wispctl")).parent_path().parent_path().string();
+    nats_port_ = FreePortWith(4000);
+    metrics_base_ = FreePortWith(3);
+    gateway_port_ = FreePort();
+  }
+  absl::StatusOr<std::unique_ptr<Process>> Start(const std::string& log_name) {
+    return Process::Start({.path = SourceDir() + "/scripts/local-up",
+                           .env = {{"WISP_SKIP_BUILD", "1"},
+                                   {"WISP_BUILD_DIR", build_dir_},
+                                   {"WISP_LOCAL_DIR", state_->path()},
+                                   {"WISP_NATS_PORT", std::to_string(nats_port_)},
+                                   {"WISP_GATEWAY_PORT", std::to_string(gateway_port_)},
+                                   {"WISP_METRICS_BASE", std::to_string(metrics_base_)}},
+                           .log_path = RunDir() + "/" + log_name + ".log"});
+  }
+  // wispctl status with endpoints.env's variables, after `unset`ting the given ones.
+  CommandResult Status(const std::string& unset = "") {
+    return RunCommand("set -a; . " + state_->path() + "/endpoints.env; set +a; " +
+                      (unset.empty() ? "" : "unset " + unset + "; ") + BinaryPath("wispctl") +
+                      " status --timeout 5s");
+  }
+
+  std::unique_ptr<TempDir> state_;
+  std::string build_dir_;
+  int nats_port_ = 0, metrics_base_ = 0, gateway_port_ = 0;
+};
+
+// Tests that local-up runs every service over NATS TLS and that wispctl reaches them from
+// endpoints.env alone.
+TEST_F(LocalUpTest, RunsTheStackOverNatsTls) {
+  auto up = Start("local-up-1");
+  ASSERT_TRUE(up.ok()) << up.status();
+  ASSERT_TRUE((*up)->WaitForLog("local-up: wisp is running", 120s).ok()) << (*up)->Log();
+
+  const std::string env = Slurp(state_->path() + "/endpoints.env");
+  EXPECT_NE(env.find("WISP_NATS_URL=tls://127.0.0.1:" + std::to_string(nats_port_)),
+            std::string::npos)
+      << env;
+  for (const char* key : {"WISP_NATS_CA=", "WISP_NATS_CERT=", "WISP_NATS_KEY="}) {
+    EXPECT_NE(env.find(key), std::string::npos) << key;
+  }
+  const std::string conf = Slurp(state_->path() + "/nats.conf");
+  EXPECT_NE(conf.find("verify: true"), std::string::npos) << conf;
+
+  auto status = Status();
+  ASSERT_EQ(status.exit_code, 0) << status.output << "\n" << (*up)->Log();
+  EXPECT_NE(status.output.find("4 services, 4 instances answered"), std::string::npos)
+      << status.output;
+  // Every service's connection is TLS (nats-server's /connz, on the monitoring port).
+  auto connz = HttpGet("127.0.0.1", nats_port_ + 4000, "/connz", 5s);
+  ASSERT_TRUE(connz.ok()) << connz.status();
+  for (const char* svc : {"wisp-token", "wisp-policy", "wisp-populator", "wisp-gateway"}) {
+    EXPECT_NE(connz->body.find(std::string("\"name\": \"") + svc + "\""), std::string::npos) << svc;
+  }
+  size_t tls = 0;
+  for (size_t at = 0; (at = connz->body.find("\"tls_version\"", at)) != std::string::npos; ++at) {
+    ++tls;
+  }
+  EXPECT_GE(tls, 4u) << connz->body;
+
+  EXPECT_NE(Status("WISP_NATS_CERT WISP_NATS_KEY").exit_code, 0) << "no client certificate";
+  EXPECT_NE(Status("WISP_NATS_CA").exit_code, 0) << "no CA";
+
+  EXPECT_EQ((*up)->Terminate(30s), 0) << (*up)->Log();
+
+  // A second start keeps the CA material and serves again.
+  const std::string ca = Slurp(state_->path() + "/pki/ca.pem");
+  const std::string server = Slurp(state_->path() + "/pki/nats-server.pem");
+  auto again = Start("local-up-2");
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE((*again)->WaitForLog("local-up: wisp is running", 120s).ok()) << (*again)->Log();
+  EXPECT_EQ((*again)->Log().find("creating"), std::string::npos) << (*again)->Log();
+  EXPECT_EQ(Slurp(state_->path() + "/pki/ca.pem"), ca);
+  EXPECT_EQ(Slurp(state_->path() + "/pki/nats-server.pem"), server);
+  status = Status();
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_EQ((*again)->Terminate(30s), 0) << (*again)->Log();
+}
+
+}  // namespace
+}  // namespace wisp::integration
