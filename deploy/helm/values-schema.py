@@ -48,7 +48,7 @@ schema={
     "node":O({"volumeRoot":S(pattern="^/"),"kubeletDir":S(pattern="^/"),"priorityClassName":S(),"resources":res,"nodeSelector":free,"tolerations":tol}),
     "provisioner":O({"image":img,"timeout":dur,"resources":res}),
     "registrar":O({"image":img,"resources":res})}),
-  "policy":O({"replicas":I(minimum=1),"metricsPort":port,"rules":free,"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
+  "policy":O({"replicas":I(minimum=1),"metricsPort":port,"rules":free,"sidecarMetricsPort":I(minimum=0,maximum=65535),"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
   "token":O({"replicas":I(minimum=1),"metricsPort":port,"signingAlgorithm":S(enum=["RS256","ES256"]),"keyRotationPeriod":dur,
     "keyEncryptionKey":O({"existingSecret":S()}),"policy":free,"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
   "populator":O({"kind":S(enum=["Deployment","DaemonSet"]),"replicas":I(minimum=1),"workers":I(minimum=1,maximum=64),"metricsPort":port,"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
