@@ -50,7 +50,7 @@ schema={
       "natsUsers":O({"nodes":A(S(pattern="^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"))})}),
     "provisioner":O({"image":img,"timeout":dur,"resources":res}),
     "registrar":O({"image":img,"resources":res})}),
-  "policy":O({"replicas":I(minimum=1),"metricsPort":port,"rules":free,"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
+  "policy":O({"replicas":I(minimum=1),"metricsPort":port,"rules":free,"sidecarMetricsPort":I(minimum=0,maximum=65535),"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
   "token":O({"replicas":I(minimum=1),"metricsPort":port,"signingAlgorithm":S(enum=["RS256","ES256"]),"keyRotationPeriod":dur,
     "keyEncryptionKey":O({"existingSecret":S()}),"policy":free,
     "podProof":O({"require":B(),"issuer":S(),"jwks":S(),"jwksUrl":S(pattern="^(https://.*)?$")}),"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),

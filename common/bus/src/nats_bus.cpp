@@ -227,6 +227,40 @@ class NatsMessageSubscription final : public Subscription {
   std::shared_ptr<MsgCore> core_;
 };
 
+// Destroying a natsMsg hands it to nats.c's one garbage-collector thread, which is woken whenever
+// it was idle: about one extra context switch per request. Serving threads put the requests they
+// are done with here and destroy them in batches (when 32 gathered, or once the thread has had
+// nothing to do for kSpentLinger), so under load the collector wakes once per 32 requests.
+constexpr std::chrono::milliseconds kSpentLinger{500};
+
+class SpentMsgs {
+ public:
+  static constexpr size_t kBatch = 32;
+  static void Add(MsgPtr msg) {
+    auto& v = Get().msgs;
+    v.push_back(msg.release());
+    if (v.size() >= kBatch) Release();
+  }
+  static bool Empty() { return Get().msgs.empty(); }
+  static void Release() {
+    auto& v = Get().msgs;
+    for (natsMsg* m : v) natsMsg_Destroy(m);
+    v.clear();
+  }
+
+ private:
+  struct List {
+    std::vector<natsMsg*> msgs;
+    ~List() {
+      for (natsMsg* m : msgs) natsMsg_Destroy(m);
+    }
+  };
+  static List& Get() {
+    thread_local List list;
+    return list;
+  }
+};
+
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
@@ -343,37 +377,62 @@ struct ServeCore {
 
   void SendReply(const Message& in, const Reply& reply) {
     if (in.reply.empty()) return;  // a publish to a service subject: nobody waits
-    auto out = BuildMsg(in.reply, nullptr, reply.data, reply.headers);
-    if (!out.ok()) return;
-    if (natsStatus s = natsConnection_PublishMsg(nc, out->get()); s != NATS_OK) {
+    natsStatus s = NATS_OK;
+    if (reply.headers.empty()) {  // most replies: no natsMsg to build (one copy fewer)
+      s = natsConnection_Publish(nc, in.reply.c_str(), reply.data.data(),
+                                 static_cast<int>(reply.data.size()));
+    } else {
+      auto out = BuildMsg(in.reply, nullptr, reply.data, reply.headers);
+      if (!out.ok()) return;
+      s = natsConnection_PublishMsg(nc, out->get());
+    }
+    if (s != NATS_OK) {
       SPDLOG_LOGGER_WARN(Logger(), "reply on {} not sent: {}", subject, natsStatus_GetText(s));
     }
   }
 
   void Handle(MsgPtr msg, Clock::time_point arrived) {
     Message in = ToMessage(msg.get());
-    msg.reset();
+    SpentMsgs::Add(std::move(msg));
     log::ScopedRequestId rid(in.Header(kHeaderRequestId));
     SendReply(in, ServeRequest(handler, in, arrived));
   }
 
-  // Runs one message with `lock` released; counts it as running.
+  // Runs one message with `lock` released; counts it as running. Nobody is woken afterwards: this
+  // thread goes on to the queue or the listener role itself.
   void RunLocked(std::unique_lock<std::mutex>& lock, MsgPtr msg, Clock::time_point arrived) {
     ++running;
     lock.unlock();
     Handle(std::move(msg), arrived);
     lock.lock();
     --running;
-    cv.notify_all();
+  }
+
+  // After NextMsg returned one message: takes what else nats.c already holds (up to kMaxBatch),
+  // without blocking, so a burst costs one listener wake-up rather than one per request. They all
+  // left nats.c now and are stamped with the same arrival time.
+  static constexpr int kMaxBatch = 64;
+  void TakePending(std::vector<MsgPtr>& out) {
+    int pending = 0;
+    int bytes = 0;
+    if (natsSubscription_GetPending(sub, &pending, &bytes) != NATS_OK) return;
+    for (int i = 0; i < std::min(pending, kMaxBatch); ++i) {
+      natsMsg* raw = nullptr;
+      if (natsSubscription_NextMsg(&raw, sub, 0) != NATS_OK) break;
+      out.emplace_back(raw);
+    }
   }
 
   void Loop() {
+    std::vector<MsgPtr> more;
     std::unique_lock lock(mu);
     while (true) {
       if (stopping) return;
       if (!queue.empty() && running < max_running) {
         auto [msg, arrived] = std::move(queue.front());
         queue.pop_front();
+        // Keep one thread listening, and let a free slot take the next queued request.
+        if (!listening || (!queue.empty() && running + 1 < max_running)) EnsureSpareLocked();
         RunLocked(lock, std::move(msg), arrived);
         continue;
       }
@@ -385,6 +444,9 @@ struct ServeCore {
         const natsStatus s = natsSubscription_NextMsg(&raw, sub, 500);
         const auto arrived = Clock::now();
         MsgPtr msg(raw);
+        more.clear();
+        if (s == NATS_OK) TakePending(more);
+        if (s == NATS_TIMEOUT) SpentMsgs::Release();  // quiet for a while
         lock.lock();
         listening = false;
         if (s == NATS_TIMEOUT) continue;
@@ -398,10 +460,13 @@ struct ServeCore {
           continue;
         }
         if (stopping) return;
-        if (running < max_running && queue.empty()) {
+        const bool run_here = running < max_running && queue.empty();
+        if (!run_here) queue.emplace_back(std::move(msg), arrived);
+        for (auto& m : more) queue.emplace_back(std::move(m), arrived);
+        if (run_here) {
           // Serve it on this thread. With one slot, a second listener could only queue, so it is
           // brought in (by the ticker) only if this takes long; with several slots another
-          // thread listens at once so concurrent requests start in parallel.
+          // thread listens at once (and takes the rest of the burst) so requests run in parallel.
           if (max_running > 1) {
             EnsureSpareLocked();
             RunLocked(lock, std::move(msg), arrived);
@@ -411,15 +476,21 @@ struct ServeCore {
             RunLocked(lock, std::move(msg), arrived);
             inline_since_ns.store(0);
           }
-        } else {
-          queue.emplace_back(std::move(msg), arrived);
-          if (running < max_running) EnsureSpareLocked();  // a free slot and nobody to use it
-          cv.notify_all();
+        } else if (running < max_running) {
+          EnsureSpareLocked();  // a free slot and nobody to use it
         }
         continue;
       }
       ++idle;
-      cv.wait(lock);
+      if (SpentMsgs::Empty()) {
+        cv.wait(lock);
+      } else if (cv.wait_for(lock, kSpentLinger) == std::cv_status::timeout) {
+        --idle;
+        lock.unlock();
+        SpentMsgs::Release();  // quiet for a while
+        lock.lock();
+        continue;
+      }
       --idle;
     }
   }

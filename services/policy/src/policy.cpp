@@ -133,7 +133,7 @@ absl::Status Parse(const YAML::Node& root, Policy& p) {
   if (const auto ts = root["tokenSidecar"]) {
     WISP_RETURN_IF_ERROR(CheckKeys(ts, "tokenSidecar",
                                    {"image", "stsUrl", "nativeSidecar", "tokenVolumeFor",
-                                    "audience", "expirationSeconds", "resources"}));
+                                    "audience", "expirationSeconds", "resources", "metricsPort"}));
     WISP_RETURN_IF_ERROR(ReadString(ts["image"], "tokenSidecar.image", &p.sidecar_image));
     if (p.sidecar_image.empty()) return Bad("tokenSidecar.image", "must not be empty");
     WISP_RETURN_IF_ERROR(ReadString(ts["stsUrl"], "tokenSidecar.stsUrl", &p.sidecar_sts_url));
@@ -159,6 +159,15 @@ absl::Status Parse(const YAML::Node& root, Policy& p) {
       } else {
         return Bad("tokenSidecar.tokenVolumeFor", "\"" + v + "\" is not one of hostNetwork, all");
       }
+    }
+    if (const auto mp = ts["metricsPort"]) {
+      const std::string v = Scalar(mp);
+      const bool digits =
+          !v.empty() && v.size() <= 5 && v.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoi(v) > 65535) {
+        return Bad("tokenSidecar.metricsPort", "\"" + v + "\" is not a port number (0 = off)");
+      }
+      p.sidecar_metrics_port = std::stoi(v);
     }
     WISP_RETURN_IF_ERROR(ReadSeconds(ts["expirationSeconds"], "tokenSidecar.expirationSeconds",
                                      &p.token_expiration_seconds));

@@ -60,6 +60,8 @@ struct Policy {
   int64_t max_token_lifetime_seconds = 86400;
   std::string sidecar_image = "ghcr.io/wisp-dev/wisp-sidecar:0.1.0";
   std::string sidecar_sts_url;  // passed as --sts-url when set
+  // When set: --metrics-address=0.0.0.0:<port> and a containerPort "metrics" on the sidecar.
+  int sidecar_metrics_port = 0;
   SidecarResources sidecar_resources;
   NativeSidecarMode native_sidecar = NativeSidecarMode::kAuto;
   TokenVolumeFor token_volume_for = TokenVolumeFor::kHostNetwork;

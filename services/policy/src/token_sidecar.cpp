@@ -271,7 +271,15 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
       Json::array({"--socket=" + std::string(kSocketDir) + "/token.sock",
                    "--token-file=" + std::string(kTokenDir) + "/token", "--audience=" + audience});
   if (!policy.sidecar_sts_url.empty()) args.push_back("--sts-url=" + policy.sidecar_sts_url);
+  if (policy.sidecar_metrics_port > 0) {
+    args.push_back("--metrics-address=0.0.0.0:" + std::to_string(policy.sidecar_metrics_port));
+  }
   sidecar["args"] = args;
+  if (policy.sidecar_metrics_port > 0) {
+    sidecar["ports"] = Json::array({{{"name", "wisp-metrics"},
+                                     {"containerPort", policy.sidecar_metrics_port},
+                                     {"protocol", "TCP"}}});
+  }
   if (native) {
     sidecar["env"] = Json::array({{{"name", "NATIVE_SIDECAR"}, {"value", "TRUE"}}});
     sidecar["restartPolicy"] = "Always";

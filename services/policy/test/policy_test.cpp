@@ -14,6 +14,7 @@ TEST(PolicyTest, Defaults) {
   EXPECT_EQ(p->token_volume_for, TokenVolumeFor::kHostNetwork);
   EXPECT_EQ(p->sidecar_resources.memory_limit, "256Mi");
   EXPECT_EQ(p->max_token_lifetime_seconds, 86400);
+  EXPECT_EQ(p->sidecar_metrics_port, 0);  // no metrics listener unless asked
   EXPECT_EQ(AllowedAudiences(*p, "x"), nullptr);
 }
 
@@ -40,6 +41,7 @@ tokenSidecar:
   audience: pool
   expirationSeconds: 1800
   resources: {cpuRequest: 100m, memoryLimit: "0"}
+  metricsPort: 9095
 )");
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(p->rules.data_volumes);
@@ -49,6 +51,7 @@ tokenSidecar:
   EXPECT_EQ(p->token_expiration_seconds, 1800);
   EXPECT_EQ(p->sidecar_resources.cpu_request, "100m");
   EXPECT_EQ(p->sidecar_resources.memory_limit, "0");
+  EXPECT_EQ(p->sidecar_metrics_port, 9095);
 
   struct Case {
     const char* yaml;
@@ -63,6 +66,10 @@ tokenSidecar:
       {"tokenSidecar: {resources: {cpuLimit: lots}}",
        "tokenSidecar.resources.cpuLimit: \"lots\": quantities must match the regular expression "
        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"},
+      {"tokenSidecar: {metricsPort: 70000}",
+       "tokenSidecar.metricsPort: \"70000\" is not a port number (0 = off)"},
+      {"tokenSidecar: {metricsPort: http}",
+       "tokenSidecar.metricsPort: \"http\" is not a port number (0 = off)"},
       {"maxTokenLifetime: 5m",
        "maxTokenLifetime: must be at least 10m (Kubernetes' minimum token lifetime)"},
       {"audiences: {vms: wisp}", "audiences.vms: must be a list of audiences"},

@@ -122,6 +122,27 @@ TEST(TokenSidecarTest, NonHostNetworkPodsFollowTokenVolumeFor) {
   EXPECT_NE(k8s::FindNamed(out["spec"]["volumes"], "wisp-sa-token"), nullptr);
 }
 
+// Tests that tokenSidecar.metricsPort gives the sidecar --metrics-address and a named port, and
+// that without it the sidecar has neither (the pod shape stays as it was).
+TEST(TokenSidecarTest, MetricsPort) {
+  auto in = Pod(LoaderPod(true), "ml", "1.30");
+  Json plain = Apply(in, EvaluateTokenSidecar(in, Policy{}));
+  const Json& quiet = plain["spec"]["initContainers"][0];
+  EXPECT_EQ(quiet["args"].size(), 3u);
+  EXPECT_FALSE(quiet.contains("ports"));
+
+  Policy policy;
+  policy.sidecar_metrics_port = 9095;
+  Verdict v = EvaluateTokenSidecar(in, policy);
+  ASSERT_TRUE(v.allowed) << v.message;
+  Json out = Apply(in, v);
+  const Json& sidecar = out["spec"]["initContainers"][0];
+  EXPECT_EQ(sidecar["args"].back(), "--metrics-address=0.0.0.0:9095");
+  EXPECT_EQ(sidecar["ports"], Json::parse(R"([{"name":"wisp-metrics","containerPort":9095,
+                                                "protocol":"TCP"}])"));
+  EXPECT_TRUE(EvaluateTokenSidecar(Rerun(in, out), policy).patch.empty());
+}
+
 // Tests where the sidecar goes for each server version, mode and annotation.
 TEST(TokenSidecarTest, NativeSidecarSelection) {
   struct Case {

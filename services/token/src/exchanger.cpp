@@ -1,5 +1,6 @@
 #include "exchanger.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "trusted_issuer.hpp"
@@ -13,6 +14,24 @@ std::vector<std::string> SplitScopes(const std::string& scope) {
   std::istringstream in(scope);
   for (std::string s; in >> s;) out.push_back(s);
   return out;
+}
+
+// RFC 8693 2.1: resource is "an absolute URI, as specified by Section 4.3 of RFC 3986", which
+// "MUST NOT include a fragment component": a scheme (a letter, then letters, digits, + - .), a
+// colon and something after it, no '#', no spaces or control characters.
+bool IsAbsoluteUriWithoutFragment(std::string_view s) {
+  const size_t colon = s.find(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == s.size()) return false;
+  const auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  if (!alpha(s[0])) return false;
+  for (size_t i = 1; i < colon; ++i) {
+    const char c = s[i];
+    if (!alpha(c) && !(c >= '0' && c <= '9') && c != '+' && c != '-' && c != '.') return false;
+  }
+  for (const char c : s) {
+    if (c == '#' || static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -70,7 +89,21 @@ v1::ExchangeResponse Exchanger::Exchange(const v1::ExchangeRequest& req) const {
     return fail("invalid_request",
                 "requested_token_type must be " + std::string(kTokenTypeAccessToken));
   }
-  if (req.audience().empty()) return fail("invalid_request", "audience is required");
+  // The target service: audience (a logical name) and/or resource (RFC 8693 2.1, an absolute URI).
+  // Both become the access token's aud, and the exchange policy must allow each like an audience.
+  if (!req.resource().empty() && !IsAbsoluteUriWithoutFragment(req.resource())) {
+    return fail("invalid_request", "resource must be an absolute URI without a fragment");
+  }
+  struct Target {
+    const char* field;
+    const std::string& value;
+  };
+  std::vector<Target> targets;
+  if (!req.audience().empty()) targets.push_back({"audience", req.audience()});
+  if (!req.resource().empty() && req.resource() != req.audience()) {
+    targets.push_back({"resource", req.resource()});
+  }
+  if (targets.empty()) return fail("invalid_request", "audience or resource is required");
 
   const std::shared_ptr<const Policy> policy = policy_.Current();
   auto claims = VerifySubject(req.subject_token(), *policy);
@@ -90,28 +123,46 @@ v1::ExchangeResponse Exchanger::Exchange(const v1::ExchangeRequest& req) const {
   resp.set_subject(subject_iss + " " + sub);
 
   const std::vector<std::string> scopes = SplitScopes(req.scope());
-  bool audience_ok = false;
-  const ExchangeRule* granted = nullptr;
+  std::vector<const ExchangeRule*> rules;  // the rules for this subject
   for (const auto& rule : policy->exchange_rules) {
     if (rule.namespace_name != "*" && rule.namespace_name != subject->namespace_()) continue;
     if (!Matches(rule.service_accounts, subject->service_account())) continue;
-    if (!Matches(rule.audiences, req.audience())) continue;
-    audience_ok = true;
+    rules.push_back(&rule);
+  }
+  for (const Target& t : targets) {
+    const bool allowed = std::any_of(rules.begin(), rules.end(), [&](const ExchangeRule* r) {
+      return Matches(r->audiences, t.value);
+    });
+    if (!allowed) {
+      return fail("invalid_target",
+                  std::string(t.field) + " \"" + t.value + "\" is not allowed for " + sub);
+    }
+  }
+  bool targets_ok = false;
+  const ExchangeRule* granted = nullptr;
+  for (const ExchangeRule* rule : rules) {
+    const bool all_targets = std::all_of(targets.begin(), targets.end(), [&](const Target& t) {
+      return Matches(rule->audiences, t.value);
+    });
+    if (!all_targets) continue;
+    targets_ok = true;
     bool all = true;
-    for (const auto& s : scopes) all = all && Matches(rule.scopes, s);
+    for (const auto& s : scopes) all = all && Matches(rule->scopes, s);
     if (all) {
-      granted = &rule;
+      granted = rule;
       break;
     }
   }
-  if (!audience_ok) {
-    return fail("invalid_target", "audience \"" + req.audience() + "\" is not allowed for " + sub);
+  if (!targets_ok) {
+    return fail("invalid_target", "audience \"" + req.audience() + "\" and resource \"" +
+                                      req.resource() + "\" are not allowed together for " + sub);
   }
   if (granted == nullptr) return fail("invalid_scope", "scope is not allowed for " + sub);
 
-  nlohmann::json access = {{"sub", sub},
-                           {"aud", nlohmann::json::array({req.audience()})},
-                           {"wisp.dev/subject_issuer", subject_iss}};
+  nlohmann::json aud = nlohmann::json::array();
+  for (const Target& t : targets) aud.push_back(t.value);
+  nlohmann::json access = {
+      {"sub", sub}, {"aud", std::move(aud)}, {"wisp.dev/subject_issuer", subject_iss}};
   if (!scopes.empty()) access["scope"] = req.scope();
   auto alg = issuer_.AlgorithmFor("");
   auto signed_token =

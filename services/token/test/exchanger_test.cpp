@@ -46,6 +46,56 @@ TEST_F(ExchangerTest, ExchangesAllowedSubject) {
   EXPECT_EQ(v->claims["scope"], kScope);
 }
 
+// Tests RFC 8693's resource parameter: an absolute URI naming the target, allowed by the exchange
+// policy like an audience, and written into the access token's aud (alone or next to audience).
+TEST_F(ExchangerTest, ResourceIsATargetLikeAudience) {
+  auto req = Request(Subject());
+  req.clear_audience();
+  req.set_resource("https://storage.wisp.dev/v1");
+  auto alone = env_.exchanger->Exchange(req);
+  ASSERT_TRUE(alone.error().empty()) << alone.error() << ": " << alone.error_description();
+  auto v = env_.reviewer->Verify(alone.access_token(), {"https://storage.wisp.dev/v1"});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->claims["aud"], nlohmann::json::array({"https://storage.wisp.dev/v1"}));
+
+  req.set_audience("storage.wisp.dev");
+  auto both = env_.exchanger->Exchange(req);
+  ASSERT_TRUE(both.error().empty()) << both.error() << ": " << both.error_description();
+  v = env_.reviewer->Verify(both.access_token(), {"storage.wisp.dev"});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->claims["aud"],
+            nlohmann::json::array({"storage.wisp.dev", "https://storage.wisp.dev/v1"}));
+
+  struct Case {
+    const char* resource;
+    const char* error;
+    const char* says;
+  } cases[] = {
+      {"storage.wisp.dev", "invalid_request", "resource must be an absolute URI"},
+      {"/v1/storage", "invalid_request", "resource must be an absolute URI"},
+      {"https://storage.wisp.dev/v1#frag", "invalid_request", "without a fragment"},
+      {"https://storage wisp.dev", "invalid_request", "resource must be an absolute URI"},
+      {"1https://storage.wisp.dev", "invalid_request", "resource must be an absolute URI"},
+      {"https://other.example/", "invalid_target",
+       "resource \"https://other.example/\" is not allowed for system:serviceaccount:ml:loader"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.resource);
+    auto r = Request(Subject());
+    r.set_resource(c.resource);
+    auto resp = env_.exchanger->Exchange(r);
+    EXPECT_EQ(resp.error(), c.error);
+    EXPECT_NE(resp.error_description().find(c.says), std::string::npos) << resp.error_description();
+    EXPECT_EQ(resp.http_status(), 400);
+    EXPECT_TRUE(resp.access_token().empty());
+  }
+  auto neither = Request(Subject());
+  neither.clear_audience();
+  auto resp = env_.exchanger->Exchange(neither);
+  EXPECT_EQ(resp.error(), "invalid_request");
+  EXPECT_EQ(resp.error_description(), "audience or resource is required");
+}
+
 // Tests each RFC 6749 error the exchange can give.
 TEST_F(ExchangerTest, RefusesWithRfc6749Errors) {
   struct Case {

@@ -33,7 +33,7 @@ exchange:
   rules:
     - namespace: ml
       serviceAccounts: [loader]
-      audiences: [storage.wisp.dev]
+      audiences: [storage.wisp.dev, "https://storage.wisp.dev/v1"]
       scopes: [https://www.googleapis.com/auth/cloud-platform]
 )";
 
