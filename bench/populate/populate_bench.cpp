@@ -229,7 +229,10 @@ int main() {
     std::printf("%-36s %10.3f %10.3f %9.2f%s %7s%.2f %-6s %9.3f %9.3f\n", r.name, ours, theirs,
                 r.time_ratio ? ratio : ratio * 100, r.time_ratio ? "x" : "%",
                 r.time_ratio ? "<=" : ">=", r.time_ratio ? r.goal : r.goal * 100,
-                !r.counts ? "(info)" : ok ? "ok" : "MISSED", r.t.first.cpu, r.t.second.cpu);
+                !r.counts ? "(info)"
+                : ok      ? "ok"
+                          : "MISSED",
+                r.t.first.cpu, r.t.second.cpu);
   }
   std::printf(
       "(%.2f GiB image; throughput ratio = baseline time / wisp time; best of %d, run "
