@@ -66,17 +66,22 @@ int main(int argc, char** argv) {
   if (!policy_file.empty()) policy = token::LoadPolicyFile(policy_file, nullptr, clock, &metrics);
   if (!policy.ok()) return runtime::Fail("wisp-token", policy.status());
   token::PolicyStore policy_store(*policy);
-  // SIGHUP reaches main's WaitForSignal (runtime blocks it in every thread), which hands it to the
-  // watcher: a second thread waiting for it too would take some signals and leave others.
-  token::PolicyWatcher watcher(policy_store, {.path = policy_file, .handle_sighup = false}, clock,
-                               metrics);
-  if (!policy_file.empty()) watcher.Start();
   token::KeyManager keys(
       **kv, *kek, clock,
       {.rotation_period = std::chrono::duration_cast<std::chrono::seconds>(rotation),
        .longest_token = std::chrono::seconds(policy->LongestTokenSeconds()),
        .default_algorithm = alg},
       &metrics);
+  // A reloaded policy that allows longer tokens keeps keys retired from then on published longer.
+  policy_store.OnReplace([&keys](const token::Policy& p) {
+    keys.ExtendLongestToken(std::chrono::seconds(p.LongestTokenSeconds()));
+  });
+  // Declared after the key manager, so it stops (destructor) before the callback's target goes.
+  // SIGHUP reaches main's WaitForSignal (runtime blocks it in every thread), which hands it to the
+  // watcher: a second thread waiting for it too would take some signals and leave others.
+  token::PolicyWatcher watcher(policy_store, {.path = policy_file, .handle_sighup = false}, clock,
+                               metrics);
+  if (!policy_file.empty()) watcher.Start();
   if (auto st = keys.Start(); !st.ok()) return runtime::Fail("wisp-token", st);
   token::Issuer issuer(keys, policy_store, clock, metrics,
                        {.issuer = issuer_url,

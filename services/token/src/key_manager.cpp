@@ -24,6 +24,7 @@ KeyManager::KeyManager(bus::KeyValue& kv, jwt::Kek kek, Clock& clock, Options op
       clock_(clock),
       options_(std::move(options)),
       metrics_(metrics),
+      longest_token_s_(options_.longest_token.count()),
       snap_(std::make_shared<KeySnapshot>()) {
   if (metrics_) {
     metrics_->key_rotation_period_seconds.Set(
@@ -63,6 +64,20 @@ absl::StatusOr<bool> KeyManager::Tick() {
   return wrote;
 }
 absl::StatusOr<bool> KeyManager::RotateNow() { return Change(true); }
+
+void KeyManager::ExtendLongestToken(std::chrono::seconds longest) {
+  int64_t seen = longest_token_s_.load();
+  while (longest.count() > seen && !longest_token_s_.compare_exchange_weak(seen, longest.count())) {
+  }
+  if (longest.count() > seen) {
+    SPDLOG_LOGGER_INFO(Logger(), "keys retired from now on stay published {} s (was {} s)",
+                       longest.count(), seen);
+  }
+}
+
+std::chrono::seconds KeyManager::LongestToken() const {
+  return std::chrono::seconds(longest_token_s_.load());
+}
 
 // Reads the entry, plans the next state, and writes it by compare-and-set. A lost race (Aborted,
 // AlreadyExists) loads the winner's state instead.
@@ -121,7 +136,7 @@ absl::StatusOr<std::string> KeyManager::Plan(const std::string* current, bool fo
           force || k.value("created", int64_t{0}) + options_.rotation_period.count() <= now;
       if (due) {
         k["retired"] = now;
-        k["drop_after"] = now + options_.longest_token.count() + kDropSlackSeconds;
+        k["drop_after"] = now + longest_token_s_.load() + kDropSlackSeconds;
         *changed = true;
       } else {
         has_active[*alg] = true;

@@ -20,6 +20,7 @@
 //   WISP_RETURN_IF_ERROR(keys.Start());
 //   auto snap = keys.Current();
 //   const jwt::PrivateKey* signer = snap->Active(jwt::Algorithm::kRS256);
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -80,6 +81,11 @@ class KeyManager {
   absl::StatusOr<bool> Tick();
   // Retires every active key now and makes new ones (operator-forced rotation).
   absl::StatusOr<bool> RotateNow();
+  // Raises how long keys retired from now on stay published (a reloaded policy that allows longer
+  // tokens). Never lowers it: tokens signed under the longer lifetime may still be live, so a
+  // shorter policy keeps the longest lifetime this process has signed under.
+  void ExtendLongestToken(std::chrono::seconds longest);
+  std::chrono::seconds LongestToken() const;
 
   KeySnapshotPtr Current() const;
   // Called (on the thread that saw it) after the snapshot changed: own write or watched write.
@@ -97,6 +103,7 @@ class KeyManager {
   Clock& clock_;
   const Options options_;
   TokenMetrics* metrics_;
+  std::atomic<int64_t> longest_token_s_;
 
   std::mutex write_mu_;  // serialises this replica's Tick/RotateNow (never held during callbacks)
   mutable std::mutex mu_;

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "remote_jwks.hpp"
+#include "upload_issuer.hpp"
 
 namespace wisp::token {
 namespace {
@@ -216,7 +217,8 @@ const NamespacePolicy* Policy::ForNamespace(std::string_view ns) const {
 }
 
 int64_t Policy::LongestTokenSeconds() const {
-  int64_t longest = std::max(max_expiration_seconds, access_token_lifetime_seconds);
+  int64_t longest =
+      std::max({max_expiration_seconds, access_token_lifetime_seconds, kUploadTokenMaxSeconds});
   for (const auto& [name, np] : namespaces) {
     longest = std::max(longest, std::min(np.max_expiration_seconds, max_expiration_seconds));
   }

@@ -102,8 +102,9 @@ struct Policy {
   static Policy Default();
 
   const NamespacePolicy* ForNamespace(std::string_view ns) const;
-  // The longest lifetime any token signed by wisp may have (issued or exchanged): how long a
-  // retired key must stay in the JWKS.
+  // The longest lifetime any token signed by wisp may have (issued, exchanged, or an upload token,
+  // whose limit kUploadTokenMaxSeconds is wisp-token's, not the policy's): how long a retired key
+  // must stay in the JWKS.
   int64_t LongestTokenSeconds() const;
 };
 

@@ -29,8 +29,18 @@ std::shared_ptr<const Policy> PolicyStore::Current() const {
 
 void PolicyStore::Replace(Policy next) {
   auto p = std::make_shared<const Policy>(std::move(next));
+  std::vector<std::function<void(const Policy&)>> callbacks;
+  {
+    std::lock_guard lock(mu_);
+    current_ = p;
+    callbacks = callbacks_;
+  }
+  for (const auto& cb : callbacks) cb(*p);
+}
+
+void PolicyStore::OnReplace(std::function<void(const Policy&)> callback) {
   std::lock_guard lock(mu_);
-  current_.swap(p);
+  callbacks_.push_back(std::move(callback));
 }
 
 JwksFetcherFactory HttpsFetcherFactory() {
@@ -113,13 +123,7 @@ absl::Status PolicyWatcher::Apply() {
   const auto current = store_.Current();
   auto next = LoadPolicyFile(options_.path, current.get(), clock_, &metrics_, factory_);
   if (!next.ok()) return next.status();
-  if (next->LongestTokenSeconds() > current->LongestTokenSeconds()) {
-    // Retired keys stay in the JWKS for the lifetime the key manager was started with.
-    SPDLOG_LOGGER_WARN(Logger(),
-                       "the reloaded policy allows tokens of {} s, longer than the {} s at start: "
-                       "restart wisp-token so retired keys stay published long enough",
-                       next->LongestTokenSeconds(), current->LongestTokenSeconds());
-  }
+  // A longer lifetime reaches the key manager through PolicyStore::OnReplace (wisp-token's main).
   store_.Replace(*std::move(next));
   return absl::OkStatus();
 }

@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "metrics.hpp"
 #include "policy.hpp"
@@ -45,10 +46,14 @@ class PolicyStore {
   explicit PolicyStore(Policy initial);
   std::shared_ptr<const Policy> Current() const;
   void Replace(Policy next);
+  // Called after every Replace, with the new policy, on the replacing thread (the key manager
+  // learns of longer token lifetimes this way).
+  void OnReplace(std::function<void(const Policy&)> callback);
 
  private:
   mutable std::mutex mu_;
   std::shared_ptr<const Policy> current_;
+  std::vector<std::function<void(const Policy&)>> callbacks_;
 };
 
 // Makes the fetcher of one trusted issuer's JWKS URL (tests pass fakes).

@@ -69,6 +69,27 @@ TEST(KeyManagerTest, RotatesAndDropsRetiredKeyAfterLongestToken) {
   EXPECT_EQ(env.keys->Current()->public_keys.size(), 2u);
 }
 
+// Tests that a longer lifetime (a reloaded policy) keeps keys retired afterwards published longer,
+// and that a shorter one never lowers it: tokens signed under the longer lifetime may be live.
+TEST(KeyManagerTest, ExtendLongestTokenRaisesRetentionAndNeverLowersIt) {
+  testing::Env env;
+  ASSERT_TRUE(env.keys->Start().ok());
+  EXPECT_EQ(env.keys->LongestToken(), std::chrono::seconds(7200));
+  env.keys->ExtendLongestToken(std::chrono::seconds(20000));
+  env.keys->ExtendLongestToken(std::chrono::seconds(600));
+  EXPECT_EQ(env.keys->LongestToken(), std::chrono::seconds(20000));
+  const std::string first = env.keys->Current()->Active(jwt::Algorithm::kES256)->kid();
+  env.clock.Advance(hours(24));
+  ASSERT_TRUE(*env.keys->Tick());
+  // Past the old 7200 s + 300 s, the retired key is still published; past 20000 s + 300 s, gone.
+  env.clock.Advance(std::chrono::seconds(7200 + 301));
+  EXPECT_FALSE(*env.keys->Tick());
+  EXPECT_NE(env.keys->Current()->public_keys.Find(first), nullptr);
+  env.clock.Advance(std::chrono::seconds(20000 - 7200));
+  EXPECT_TRUE(*env.keys->Tick());
+  EXPECT_EQ(env.keys->Current()->public_keys.Find(first), nullptr);
+}
+
 // Tests that two replicas due for rotation at once produce exactly one rotation.
 TEST(KeyManagerTest, TwoReplicasNeverBothRotate) {
   testing::Env env;

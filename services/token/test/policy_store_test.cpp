@@ -89,6 +89,19 @@ TEST_F(PolicyWatcherTest, SnapshotsAreStableAcrossAReload) {
   EXPECT_EQ(store->Current()->ForNamespace("ml"), nullptr);
 }
 
+// Tests that every Replace reaches the OnReplace callbacks with the new policy, which the key
+// manager uses to keep retired keys published as long as the new lifetimes need.
+TEST_F(PolicyWatcherTest, ReplaceNotifiesWithTheNewPolicy) {
+  auto store = Load();
+  std::vector<int64_t> seen;
+  store->OnReplace([&](const Policy& p) { seen.push_back(p.max_expiration_seconds); });
+  store->Replace(*Policy::FromYaml("maxExpirationSeconds: 90000"));
+  PolicyWatcher watcher(*store, {.path = path_, .handle_sighup = false}, clock_, metrics_);
+  Write("maxExpirationSeconds: 7200\n");
+  ASSERT_TRUE(watcher.Reload("test").ok());
+  EXPECT_EQ(seen, (std::vector<int64_t>{90000, 7200}));
+}
+
 // Tests that the watcher thread notices a changed file (new inode) and reloads it.
 TEST_F(PolicyWatcherTest, ReloadsWhenTheFileChanges) {
   auto store = Load();

@@ -20,6 +20,16 @@ TEST(PolicyTest, ParsesSample) {
   EXPECT_EQ(p->LongestTokenSeconds(), 7200);
 }
 
+// Tests that the longest token counts upload tokens (up to kUploadTokenMaxSeconds, wisp-token's
+// own limit) even when the policy allows only shorter ones: a retired key must stay published
+// until the upload tokens it signed have expired too.
+TEST(PolicyTest, LongestTokenCountsUploadTokens) {
+  auto p =
+      Policy::FromYaml("maxExpirationSeconds: 600\nexchange: {accessTokenLifetimeSeconds: 600}");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->LongestTokenSeconds(), 3600);
+}
+
 // Tests that bad values are refused with the YAML key named.
 TEST(PolicyTest, RefusesBadValuesNamingTheKey) {
   const std::pair<const char*, const char*> cases[] = {
