@@ -88,7 +88,8 @@ struct Load {
   std::string first_error;
 };
 
-Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length) {
+// The issue request both loads send: one subject and audience, the algorithm under test.
+std::string IssueBody(const std::string& alg) {
   wisp::v1::IssueRequest req;
   req.mutable_subject()->set_namespace_("bench");
   req.mutable_subject()->set_service_account("sa");
@@ -96,6 +97,11 @@ Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds
   req.set_algorithm(alg);
   std::string body;
   req.SerializeToString(&body);
+  return body;
+}
+
+Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length) {
+  const std::string body = IssueBody(alg);
   std::atomic<uint64_t> ok{0}, err{0};
   std::atomic<bool> counting{false}, stop{false};
   std::mutex mu;
@@ -130,13 +136,7 @@ Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds
 // next. It costs the shared cores much less than one blocked thread per request, so more of them
 // go to wisp-token.
 Load IssueLoadAsync(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length) {
-  wisp::v1::IssueRequest req;
-  req.mutable_subject()->set_namespace_("bench");
-  req.mutable_subject()->set_service_account("sa");
-  req.add_audiences("bench");
-  req.set_algorithm(alg);
-  std::string body;
-  req.SerializeToString(&body);
+  const std::string body = IssueBody(alg);
   std::atomic<uint64_t> ok{0}, err{0};
   std::atomic<bool> counting{false}, stop{false};
   std::atomic<int> in_flight{0};

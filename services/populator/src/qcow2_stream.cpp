@@ -12,6 +12,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "sparse_writer.hpp"
+
 namespace wisp::populator {
 namespace {
 
@@ -540,27 +542,8 @@ absl::StatusOr<Qcow2StreamResult> ConvertInto(
     int fd, ByteSource& image, const std::vector<uint8_t>& head, const std::string& part_path,
     const std::string& spill_path, std::vector<uint8_t>& buffer,
     const std::function<absl::Status(uint64_t)>& on_chunk) {
-  constexpr uint64_t kWritebackBytes = 16ull << 20;
-  uint64_t unflushed = 0;
-  auto write = [&](uint64_t at, const uint8_t* p, size_t n) -> absl::Status {
-    while (n > 0) {
-      ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return Errno("writing", part_path);
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-      at += static_cast<uint64_t>(w);
-      unflushed += static_cast<uint64_t>(w);
-    }
-    if (unflushed >= kWritebackBytes) {
-      // Start writeback while the network works, so the final fsync has little left to do.
-      ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-      unflushed = 0;
-    }
-    return absl::OkStatus();
-  };
+  WritebackWriter out(fd, part_path);
+  auto write = [&out](uint64_t at, const uint8_t* p, size_t n) { return out.PWrite(p, n, at); };
   WISP_ASSIGN_OR_RETURN(auto conv,
                         Qcow2StreamConverter::Create(head.data(), head.size(), write,
                                                      Qcow2StreamOptions{.spill_path = spill_path}));

@@ -80,22 +80,19 @@ SparseWriter::~SparseWriter() {
   if (!committed_ && !keep_) ::unlink(temp_path_.c_str());
 }
 
-absl::Status SparseWriter::PWriteAll(const uint8_t* data, size_t n, uint64_t at) {
+absl::Status WritebackWriter::PWrite(const uint8_t* data, size_t n, uint64_t at) {
   while (n > 0) {
     ssize_t w = ::pwrite(fd_, data, n, static_cast<off_t>(at));
     if (w < 0) {
       if (errno == EINTR) continue;
-      return Errno("writing", temp_path_);
+      return Errno("writing", path_);
     }
     data += w;
     n -= static_cast<size_t>(w);
     at += static_cast<uint64_t>(w);
-    bytes_written_ += static_cast<uint64_t>(w);
     unflushed_ += static_cast<uint64_t>(w);
   }
   if (unflushed_ >= kWritebackBytes) {
-    // Start writeback now (without waiting) so the disk works while the network does, and the
-    // fsync before the rename has little left to do.
     ::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
     unflushed_ = 0;
   }
@@ -119,8 +116,10 @@ absl::Status SparseWriter::Write(const uint8_t* data, size_t n) {
       if (IsZero(data + end, len) != zero) break;
       end += len;
     }
-    if (!zero)
-      WISP_RETURN_IF_ERROR(PWriteAll(data + run_start, end - run_start, offset_ + run_start));
+    if (!zero) {
+      WISP_RETURN_IF_ERROR(out_.PWrite(data + run_start, end - run_start, offset_ + run_start));
+      bytes_written_ += end - run_start;
+    }
     pos = end;
   }
   offset_ += n;

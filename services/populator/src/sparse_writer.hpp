@@ -18,6 +18,22 @@ namespace wisp::populator {
 
 inline constexpr size_t kSparseBlock = 4096;
 
+// Positional writes of whole buffers into a file being filled (EINTR and short writes retried),
+// starting writeback of what was written every 16 MiB without waiting for it, so the disk works
+// while the network does and the fsync before the rename has little left. SparseWriter and the
+// qcow2 stream converter write through it. Does not own the descriptor.
+class WritebackWriter {
+ public:
+  WritebackWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  absl::Status PWrite(const uint8_t* data, size_t n, uint64_t at);
+
+ private:
+  static constexpr uint64_t kWritebackBytes = 16ull << 20;
+  int fd_;
+  std::string path_;  // for error messages
+  uint64_t unflushed_ = 0;
+};
+
 class SparseWriter {
  public:
   // Opens (creating) `temp_path` and truncates it to `start_offset` (0 = fresh; > 0 resumes
@@ -42,16 +58,18 @@ class SparseWriter {
 
  private:
   SparseWriter(int fd, std::string temp_path, uint64_t offset, uint64_t limit)
-      : fd_(fd), temp_path_(std::move(temp_path)), offset_(offset), limit_(limit) {}
-  absl::Status PWriteAll(const uint8_t* data, size_t n, uint64_t at);
+      : fd_(fd),
+        temp_path_(std::move(temp_path)),
+        offset_(offset),
+        limit_(limit),
+        out_(fd, temp_path_) {}
 
   int fd_;
   std::string temp_path_;
   uint64_t offset_;
   uint64_t limit_;
   uint64_t bytes_written_ = 0;
-  uint64_t unflushed_ = 0;
-  static constexpr uint64_t kWritebackBytes = 16ull << 20;
+  WritebackWriter out_;
   bool committed_ = false;
   bool keep_ = false;
 };
