@@ -5,11 +5,19 @@
 //     four services answer;
 //   - wispctl without the client certificate, or without the CA, is refused;
 //   - SIGTERM stops everything with exit 0, and a second start reuses the CA and certificates.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
+#include <vector>
 
 #include "wisp/integration/harness.hpp"
 #include "wisp/integration/stack.hpp"
@@ -27,11 +35,42 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-// A port p with nothing listening on p + `plus` either (local-up derives ports from its bases).
-int FreePortWith(int plus) {
-  for (int i = 0; i < 50; ++i) {
-    const int p = FreePort();
-    if (p + plus < 65536 && !WaitForTcp("127.0.0.1", p + plus, 0ms).ok()) return p;
+// True when a listening socket can bind 127.0.0.1:port now.
+bool Bindable(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A base port p such that p + each offset is free, below the kernel's ephemeral range, and not
+// one of `taken`. local-up derives ports from its bases (metrics base + 0..3, NATS + 4000) and
+// binds them seconds later, after making certificates; in the ephemeral range (where FreePort()
+// picks) a concurrent test's outgoing connection can take one of them meanwhile, which made
+// wisp-populator fail with "Address already in use" under ctest -j2.
+int FreeBelowEphemeral(const std::vector<int>& offsets, std::vector<int>& taken) {
+  int low = 32768;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> low;
+  const int span = *std::max_element(offsets.begin(), offsets.end());
+  std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+  std::uniform_int_distribution<int> pick(10000, std::max(10001, low - span - 1));
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int base = pick(rng);
+    bool ok = true;
+    for (int off : offsets) {
+      const int port = base + off;
+      ok = ok && port < low && std::find(taken.begin(), taken.end(), port) == taken.end() &&
+           Bindable(port);
+    }
+    if (!ok) continue;
+    for (int off : offsets) taken.push_back(base + off);
+    return base;
   }
   return FreePort();
 }
@@ -41,9 +80,10 @@ class LocalUpTest : public ::testing::Test {
   void SetUp() override {
     state_ = std::make_unique<TempDir>("wisp-local-up");
     build_dir_ = fs::path(BinaryPath("wispctl")).parent_path().parent_path().string();
-    nats_port_ = FreePortWith(4000);
-    metrics_base_ = FreePortWith(3);
-    gateway_port_ = FreePort();
+    std::vector<int> taken;
+    nats_port_ = FreeBelowEphemeral({0, 4000}, taken);
+    metrics_base_ = FreeBelowEphemeral({0, 1, 2, 3}, taken);
+    gateway_port_ = FreeBelowEphemeral({0}, taken);
   }
   absl::StatusOr<std::unique_ptr<Process>> Start(const std::string& log_name) {
     return Process::Start({.path = SourceDir() + "/scripts/local-up",
