@@ -7,6 +7,7 @@ usage: kube_apiserver.py keygen DIR
          prints a token shaped as TokenRequest makes one for a pod (BoundObjectRef kind Pod):
          sub system:serviceaccount:NS:SA and kubernetes.io {namespace, pod, serviceaccount, node}
 """
+import base64
 import json
 import sys
 import time
@@ -24,8 +25,13 @@ if sys.argv[1] == "keygen":
     with open(f"{d}/apiserver-key.pem", "wb") as f:
         f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                   serialization.NoEncryption()))
-    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()))
-    jwk.update({"kid": KID, "use": "sig", "alg": "ES256"})
+    # The JWK is written from the key's numbers rather than with PyJWT's to_jwk: Debian's PyJWT
+    # (2.6) does not left-pad a coordinate that starts with a zero byte (1 key in ~128), which
+    # RFC 7518 6.2.1.2 requires and wisp rightly refuses.
+    nums = key.public_key().public_numbers()
+    b64 = lambda n: base64.urlsafe_b64encode(n.to_bytes(32, "big")).rstrip(b"=").decode()
+    jwk = {"kty": "EC", "crv": "P-256", "x": b64(nums.x), "y": b64(nums.y),
+           "kid": KID, "use": "sig", "alg": "ES256"}
     with open(f"{d}/apiserver-jwks.json", "w") as f:
         json.dump({"keys": [jwk]}, f)
 elif sys.argv[1] == "sign":
