@@ -10,6 +10,7 @@
 
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -505,6 +506,125 @@ TEST_F(TokenInteropTest, SidecarEndToEndWithKubeletSwap) {
                                   std::to_string(sidecar_metrics) + "/metrics' 2>&1");
   EXPECT_EQ(lint.exit_code, 0) << lint.output;
   (*sidecar)->Terminate();
+}
+
+// libfaketime (Debian libfaketime), preloaded into wisp-token to move its clock forward.
+constexpr const char* kLibFaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+std::set<std::string> JwksKids(Stack& stack) {
+  std::set<std::string> kids;
+  auto r = stack.Https("GET", "/openid/v1/jwks");
+  if (!r.ok() || r->status != 200) return kids;
+  auto doc = nlohmann::json::parse(r->body, nullptr, false);
+  if (!doc.is_object() || !doc["keys"].is_array()) return kids;
+  for (const auto& k : doc["keys"]) kids.insert(k.value("kid", ""));
+  return kids;
+}
+
+// Waits until the gateway's JWKS (which follows the wisp_keys bucket) satisfies `want`.
+std::set<std::string> WaitForJwks(Stack& stack,
+                                  const std::function<bool(const std::set<std::string>&)>& want) {
+  std::set<std::string> kids;
+  for (int i = 0; i < 100; ++i) {
+    kids = JwksKids(stack);
+    if (want(kids)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return kids;
+}
+
+// Tests that a retired key leaves the JWKS once every token it signed has expired, through the
+// real wisp-token and wisp-gateway binaries, checked by PyJWT and jose through discovery. Waiting
+// out a token's lifetime (default policy: 24 h, plus 5 min) is not a test, so wisp-token runs
+// under libfaketime with its clock moved forward, as it would be had the time passed:
+//   real time     tokens T (RS256 and ES256) signed by keys A;
+//   clock +25 h   the 24 h rotation is due at start: keys B sign, A are retired and still
+//                 published, so T (not expired in real time) still verifies;
+//   clock +50 h   past A's drop time (retired + 24 h + 5 min): A are gone from the JWKS and the
+//                 relying parties refuse T for want of its key; B, retired at +49 h, stay.
+TEST(TokenKeyRetentionTest, RetiredKeyLeavesJwksOnceItsTokensHaveExpired) {
+  ASSERT_TRUE(fs::exists(kLibFaketime)) << kLibFaketime << " missing: scripts/install-deps";
+  auto stack = Stack::Start({.policy = false, .populator = false});
+  ASSERT_TRUE(stack.ok()) << stack.status();
+  Stack& s = **stack;
+  bus::NatsBusOptions bo;
+  bo.servers = {s.nats().url()};
+  bo.name = "token-retention-test";
+  auto bus = bus::NatsBus::Connect(bo);
+  ASSERT_TRUE(bus.ok()) << bus.status();
+  auto issue = [&](const std::string& alg) {
+    v1::IssueRequest req;
+    req.mutable_subject()->set_namespace_("vms");
+    req.mutable_subject()->set_service_account("vm-reader");
+    req.set_algorithm(alg);
+    req.add_audiences("sts.amazonaws.com");
+    auto resp = bus::Call<v1::IssueResponse>(**bus, bus::subjects::kTokenIssue, req, seconds(5));
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? *resp : v1::IssueResponse();
+  };
+  const std::string issuer = "https://localhost:" + std::to_string(s.gateway_port());
+  auto relying_parties = [&](const std::string& token) {
+    const std::string env = "SSL_CERT_FILE=" + s.ca_file() + " NODE_EXTRA_CA_CERTS=" + s.ca_file();
+    const std::string args = Sh(issuer) + " sts.amazonaws.com " + Sh(token) + " 2>&1";
+    return std::pair{
+        RunCommand(env + " /usr/bin/python3 " + SourceDir() +
+                   "/integration/token/verify_pyjwt.py " + args),
+        RunCommand(env + " node " + SourceDir() + "/integration/token/verify_jose.mjs " +
+                   Sh(SourceDir() + "/tools") + " " + args)};
+  };
+  auto faketime = [&](const std::string& offset) {
+    s.SetEnv("wisp-token", {{"LD_PRELOAD", kLibFaketime},
+                            {"FAKETIME", offset},
+                            {"FAKETIME_DONT_FAKE_MONOTONIC", "1"}});
+    return s.Restart("wisp-token");
+  };
+
+  // Real time: keys A.
+  const v1::IssueResponse rs_a = issue("RS256"), es_a = issue("ES256");
+  ASSERT_FALSE(rs_a.key_id().empty());
+  ASSERT_FALSE(es_a.key_id().empty());
+  EXPECT_EQ(JwksKids(s), (std::set<std::string>{rs_a.key_id(), es_a.key_id()}));
+
+  // +25 h: rotated at start; A retired but published, the tokens they signed still verify.
+  ASSERT_TRUE(faketime("+25h").ok());
+  const v1::IssueResponse rs_b = issue("RS256"), es_b = issue("ES256");
+  ASSERT_NE(rs_b.key_id(), rs_a.key_id());
+  ASSERT_NE(es_b.key_id(), es_a.key_id());
+  const std::set<std::string> ab{rs_a.key_id(), es_a.key_id(), rs_b.key_id(), es_b.key_id()};
+  EXPECT_EQ(WaitForJwks(s, [&](const auto& k) { return k == ab; }), ab);
+  for (const auto* t : {&rs_a, &es_a}) {
+    auto [py, js] = relying_parties(t->token());
+    EXPECT_EQ(py.exit_code, 0) << py.output;
+    EXPECT_EQ(js.exit_code, 0) << js.output;
+  }
+
+  // +50 h: every token A signed has expired (on wisp-token's clock): A leave the JWKS, B stay
+  // (retired at +49 h, published until +73 h 5 min), and new keys C sign.
+  ASSERT_TRUE(faketime("+50h").ok());
+  const v1::IssueResponse rs_c = issue("RS256");
+  ASSERT_NE(rs_c.key_id(), rs_b.key_id());
+  const std::set<std::string> kids =
+      WaitForJwks(s, [&](const auto& k) { return k.size() == 4 && !k.count(rs_a.key_id()); });
+  EXPECT_FALSE(kids.count(rs_a.key_id()) || kids.count(es_a.key_id()));
+  EXPECT_TRUE(kids.count(rs_b.key_id()) && kids.count(es_b.key_id()) && kids.count(rs_c.key_id()));
+  EXPECT_EQ(kids.size(), 4u);
+  // T has not expired in real time, so the only reason left to refuse it is its missing key.
+  for (const auto* t : {&rs_a, &es_a}) {
+    auto [py, js] = relying_parties(t->token());
+    EXPECT_NE(py.exit_code, 0) << py.output;
+    EXPECT_NE(py.output.find("Unable to find a signing key"), std::string::npos) << py.output;
+    EXPECT_NE(js.exit_code, 0) << js.output;
+    EXPECT_NE(js.output.find("ERR_JWKS_NO_MATCHING_KEY"), std::string::npos) << js.output;
+  }
+  // And wisp's own review refuses it by kid.
+  v1::ReviewRequest review;
+  review.set_token(rs_a.token());
+  review.add_audiences("sts.amazonaws.com");
+  auto verdict =
+      bus::Call<v1::ReviewResponse>(**bus, bus::subjects::kTokenReview, review, seconds(5));
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_FALSE(verdict->authenticated());
+  EXPECT_EQ(verdict->error(), "token kid \"" + rs_a.key_id() + "\" is not a known key");
 }
 
 }  // namespace

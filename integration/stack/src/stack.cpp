@@ -163,6 +163,7 @@ std::vector<std::string> Stack::ArgsFor(const std::string& service) const {
 
 absl::Status Stack::StartService(const std::string& service) {
   Process::Options o{.path = BinaryPath(service), .args = ArgsFor(service)};
+  if (auto it = options_.env.find(service); it != options_.env.end()) o.env = it->second;
   // Keep the logs of every run for post-mortem reading next to the harness's run dir.
   o.log_path = RunDir() + "/" + service + "-" + std::to_string(FreePort()) + ".log";
   WISP_ASSIGN_OR_RETURN(procs_[service], Process::Start(std::move(o)));
@@ -183,6 +184,10 @@ absl::Status Stack::WaitReady(const std::string& service, std::chrono::milliseco
 
 void Stack::Kill(const std::string& service) {
   if (auto it = procs_.find(service); it != procs_.end()) it->second->Kill();
+}
+
+void Stack::SetEnv(const std::string& service, std::map<std::string, std::string> env) {
+  options_.env[service] = std::move(env);
 }
 
 absl::Status Stack::Restart(const std::string& service) {

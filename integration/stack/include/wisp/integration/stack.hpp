@@ -37,6 +37,9 @@ struct StackOptions {
   std::string csi_role = "both";
   std::string policy_file;                                     // "" = deploy/local/policy.yaml
   std::map<std::string, std::vector<std::string>> extra_args;  // per service name
+  // Per service name: environment added to the test's (LD_PRELOAD of libfaketime, say). Read at
+  // every (re)start, so SetEnv before Restart changes it.
+  std::map<std::string, std::map<std::string, std::string>> env;
 };
 
 struct HttpsResponse {
@@ -66,6 +69,8 @@ class Stack {
 
   Process& process(const std::string& service);
   absl::Status Restart(const std::string& service);
+  // Replaces a service's environment for its next start (StackOptions::env).
+  void SetEnv(const std::string& service, std::map<std::string, std::string> env);
   absl::Status StartService(const std::string& service);
   void Kill(const std::string& service);
   absl::Status WaitReady(const std::string& service,
