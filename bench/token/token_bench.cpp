@@ -100,35 +100,50 @@ std::string IssueBody(const std::string& alg) {
   return body;
 }
 
-Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length) {
-  const std::string body = IssueBody(alg);
+// The outcomes of the requests answered inside a measuring window that opens after a warm-up.
+struct Tally {
   std::atomic<uint64_t> ok{0}, err{0};
-  std::atomic<bool> counting{false}, stop{false};
+  std::atomic<bool> counting{false};
   std::mutex mu;
   std::string first_error;
+
+  void Record(const absl::Status& st) {
+    if (!counting) return;
+    (st.ok() ? ok : err)++;
+    if (!st.ok()) {
+      std::lock_guard lock(mu);
+      if (first_error.empty()) first_error = st.ToString();
+    }
+  }
+  // Warms up for 500 ms, counts for `length`, and returns the rate over the window.
+  Load Measure(seconds length) {
+    std::this_thread::sleep_for(milliseconds(500));
+    counting = true;
+    const auto start = steady_clock::now();
+    std::this_thread::sleep_for(length);
+    counting = false;
+    const double secs = duration<double>(steady_clock::now() - start).count();
+    std::lock_guard lock(mu);
+    return {static_cast<double>(ok) / secs, err, first_error};
+  }
+};
+
+Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length) {
+  const std::string body = IssueBody(alg);
+  Tally tally;
+  std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   for (int i = 0; i < clients; ++i) {
     threads.emplace_back([&] {
       while (!stop) {
-        auto r = bus.Request(wisp::bus::subjects::kTokenIssue, body, seconds(5));
-        if (!counting) continue;
-        (r.ok() ? ok : err)++;
-        if (!r.ok()) {
-          std::lock_guard lock(mu);
-          if (first_error.empty()) first_error = r.status().ToString();
-        }
+        tally.Record(bus.Request(wisp::bus::subjects::kTokenIssue, body, seconds(5)).status());
       }
     });
   }
-  std::this_thread::sleep_for(milliseconds(500));  // warm up
-  counting = true;
-  const auto start = steady_clock::now();
-  std::this_thread::sleep_for(length);
-  counting = false;
-  const double secs = duration<double>(steady_clock::now() - start).count();
+  Load load = tally.Measure(length);
   stop = true;
   for (auto& t : threads) t.join();
-  return {static_cast<double>(ok) / secs, err, first_error};
+  return load;
 }
 
 // The same load from one thread's worth of client: `clients` requests kept in flight with
@@ -137,36 +152,23 @@ Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds
 // go to wisp-token.
 Load IssueLoadAsync(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length) {
   const std::string body = IssueBody(alg);
-  std::atomic<uint64_t> ok{0}, err{0};
-  std::atomic<bool> counting{false}, stop{false};
+  Tally tally;
+  std::atomic<bool> stop{false};
   std::atomic<int> in_flight{0};
-  std::mutex mu;
-  std::string first_error;
   std::function<void()> send = [&] {
     ++in_flight;
     bus.RequestAsync(wisp::bus::subjects::kTokenIssue, body, seconds(5), {},
                      [&](absl::StatusOr<wisp::bus::Message> r) {
-                       if (counting) {
-                         (r.ok() ? ok : err)++;
-                         if (!r.ok()) {
-                           std::lock_guard lock(mu);
-                           if (first_error.empty()) first_error = r.status().ToString();
-                         }
-                       }
+                       tally.Record(r.status());
                        if (!stop) send();
                        --in_flight;
                      });
   };
   for (int i = 0; i < clients; ++i) send();
-  std::this_thread::sleep_for(milliseconds(500));  // warm up
-  counting = true;
-  const auto start = steady_clock::now();
-  std::this_thread::sleep_for(length);
-  counting = false;
-  const double secs = duration<double>(steady_clock::now() - start).count();
+  Load load = tally.Measure(length);
   stop = true;
   while (in_flight > 0) std::this_thread::sleep_for(milliseconds(10));
-  return {static_cast<double>(ok) / secs, err, first_error};
+  return load;
 }
 
 Load SidecarLoad(const std::string& socket, int clients, seconds length) {
