@@ -8,6 +8,7 @@
 
 #include <signal.h>
 
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <functional>
@@ -572,8 +573,15 @@ TEST(TokenKeyRetentionTest, RetiredKeyLeavesJwksOnceItsTokensHaveExpired) {
         RunCommand(env + " node " + SourceDir() + "/integration/token/verify_jose.mjs " +
                    Sh(SourceDir() + "/tools") + " " + args)};
   };
+  // Under scripts/sanitize the binary is ASan-built, and ASan refuses to start unless its runtime
+  // comes first in the library list; libfaketime's preload comes before it, harmlessly.
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  const std::string asan_options =
+      (asan != nullptr && *asan != '\0' ? std::string(asan) + ":" : "") +
+      "verify_asan_link_order=0";
   auto faketime = [&](const std::string& offset) {
     s.SetEnv("wisp-token", {{"LD_PRELOAD", kLibFaketime},
+                            {"ASAN_OPTIONS", asan_options},
                             {"FAKETIME", offset},
                             {"FAKETIME_DONT_FAKE_MONOTONIC", "1"}});
     return s.Restart("wisp-token");
