@@ -130,5 +130,83 @@ TEST(JsonPatchTest, ParseJsonNamesTheInput) {
       << bad.status();
 }
 
+// Tests that ParseJson (simdjson, then a tree) accepts exactly what nlohmann's parser accepts and
+// builds the same value, numbers of the same kind included, on the texts where parsers differ.
+TEST(JsonPatchTest, ParseJsonBuildsWhatNlohmannBuilds) {
+  std::string deep;
+  for (int i = 0; i < 1100; ++i) deep += "[";  // past simdjson's default depth of 1024
+  for (int i = 0; i < 1100; ++i) deep += "]";
+  const std::string texts[] = {
+      R"({"a":1,"a":{"b":[true,false,null]}})",  // duplicate key: the last wins
+      R"({"n":[0,1,-1,18446744073709551615,9223372036854775807,-9223372036854775808]})",
+      R"([18446744073709551616,-9223372036854775809,1e400,-1e400,1.5e-400])",  // past 64 bits
+      R"([1.0,-0.0,1e2,1E+2,0.1,2.5e-3,123456789012345678901234567890.5])",
+      R"(["\u00e9\ud83d\ude00","a\u0000b","\/\b\f\n\r\t\"\\"])",
+      R"(["\ud800"])",
+      R"(["\udc00x"])",
+      R"(["\ud800\u0041"])",  // lone surrogates
+      "[\"\xc3\xa9\"]",
+      "[\"\xff\"]",
+      "[\"\xc3\"]",
+      "\xef\xbb\xbf{}",  // UTF-8, bad UTF-8, BOM
+      "[\"a\x01\"]",
+      "[\"tab\there\"]",  // control characters
+      " \t\r\n{ } \n",
+      "",
+      " ",
+      "{",
+      "[1,]",
+      "{\"a\":1,}",
+      "01",
+      "-",
+      "1.",
+      ".5",
+      "+1",
+      "1e",
+      "[1] x",
+      "[1] [2]",
+      "nul",
+      "true",
+      "\"s\"",
+      "-0",
+      "[NaN]",
+      "[Infinity]",
+      "{'a':1}",
+      "{\"a\" 1}",
+      "[1 2]",
+      "\"\\x41\"",
+      "\"\\u12\"",
+      deep,
+  };
+  for (const std::string& text : texts) {
+    auto ours = ParseJson(text, "t");
+    Json theirs;
+    bool theirs_ok = true;
+    try {
+      theirs = Json::parse(text);
+    } catch (const Json::exception&) {
+      theirs_ok = false;
+    }
+    ASSERT_EQ(ours.ok(), theirs_ok) << text.substr(0, 80) << ": " << ours.status();
+    if (!theirs_ok) continue;
+    EXPECT_EQ(*ours, theirs) << text.substr(0, 80);
+    EXPECT_EQ(ours->dump(), theirs.dump()) << text.substr(0, 80);
+    if (text != "-0") {
+      EXPECT_EQ(ours->dump(-1, ' ', false, Json::error_handler_t::strict),
+                theirs.dump(-1, ' ', false, Json::error_handler_t::strict));
+      // Same kinds all the way down: a flattened dump tags nothing, so compare types leaf by leaf.
+      if (!ours->is_structured()) {
+        EXPECT_EQ(ours->type(), theirs.type()) << text;
+      } else {
+        const Json flat_ours = ours->flatten();
+        const Json flat_theirs = theirs.flatten();
+        for (auto it = flat_ours.begin(); it != flat_ours.end(); ++it) {
+          EXPECT_EQ(it->type(), flat_theirs.at(it.key()).type()) << text.substr(0, 80) << it.key();
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace wisp::k8s

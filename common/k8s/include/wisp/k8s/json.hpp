@@ -3,6 +3,9 @@
 //
 // Contract:
 //   - ParseJson never throws: malformed input is InvalidArgument naming `what` and the byte offset.
+//     It builds the value nlohmann's own parser builds from the same text (same members, numbers
+//     of the same kind, last duplicate key wins), only faster: simdjson reads the text. The one
+//     difference: "-0" reads as unsigned 0 rather than signed 0 (equal, and dumped alike).
 //   - EscapePointerToken turns a member name into a pointer token ("~" -> "~0", "/" -> "~1"), so
 //     annotation keys such as "wisp.dev/token-sidecar" address correctly:
 //     "/metadata/annotations/wisp.dev~1token-sidecar".
