@@ -71,7 +71,7 @@ absl::Status OpError(size_t index, const std::string& op, const std::string& pat
 }
 
 // Parses an array index token: digits only, no leading zeros (RFC 6901 section 4).
-bool ParseIndex(const std::string& token, size_t* out) {
+bool ParseIndex(std::string_view token, size_t* out) {
   if (token.empty() || token.size() > 18) return false;
   if (token.size() > 1 && token[0] == '0') return false;
   size_t v = 0;
@@ -281,6 +281,77 @@ absl::StatusOr<Json> ApplyPatch(const Json& document, const Json& patch) {
 absl::StatusOr<Json> ApplyPatch(const Json& document, std::string_view patch_json) {
   WISP_ASSIGN_OR_RETURN(Json patch, ParseJson(patch_json, "patch"));
   return ApplyPatch(document, patch);
+}
+
+Json* PatchBuilder::Resolve(std::initializer_list<std::string_view> path, std::string& pointer,
+                            Json* create) {
+  Json* cur = &doc_;
+  for (auto token = path.begin(); token != path.end(); ++token) {
+    const bool last = token + 1 == path.end();
+    if (cur->is_array()) {
+      size_t i = 0;
+      if (!ParseIndex(*token, &i) || i >= cur->size()) return nullptr;
+      pointer.append("/").append(*token);
+      cur = &(*cur)[i];
+      if (last && !cur->is_array()) return nullptr;  // an element is replaced by no edit here
+      continue;
+    }
+    if (!cur->is_object()) return nullptr;
+    pointer = AppendPointer(pointer, *token);
+    auto it = cur->find(*token);
+    const bool usable = it != cur->end() && (last ? it->is_array() : it->is_structured());
+    if (usable) {
+      cur = &*it;
+      continue;
+    }
+    if (create == nullptr) return nullptr;
+    // The rest of the path does not exist: one operation adds (or replaces) all of it.
+    Json fresh = Json::array({std::move(*create)});
+    for (auto rest = path.end() - 1; rest != token; --rest) {
+      Json level = Json::object();
+      level[std::string(*rest)] = std::move(fresh);
+      fresh = std::move(level);
+    }
+    ops_.push_back(
+        {{"op", it == cur->end() ? "add" : "replace"}, {"path", pointer}, {"value", fresh}});
+    Json& made = (*cur)[std::string(*token)] = std::move(fresh);
+    Json* array = &made;
+    for (auto rest = token + 1; rest != path.end(); ++rest) array = &(*array)[std::string(*rest)];
+    return array;
+  }
+  return cur->is_array() ? cur : nullptr;
+}
+
+bool PatchBuilder::Insert(std::initializer_list<std::string_view> path, size_t index, Json value) {
+  std::string pointer;
+  const size_t ops_before = ops_.size();
+  Json* array = Resolve(path, pointer, &value);
+  if (array == nullptr) return false;
+  if (ops_.size() != ops_before) return true;  // created holding `value`
+  if (index >= array->size()) {
+    ops_.push_back({{"op", "add"}, {"path", pointer + "/-"}, {"value", value}});
+    array->push_back(std::move(value));
+  } else {
+    ops_.push_back(
+        {{"op", "add"}, {"path", pointer + "/" + std::to_string(index)}, {"value", value}});
+    array->insert(array->begin() + static_cast<std::ptrdiff_t>(index), std::move(value));
+  }
+  return true;
+}
+
+bool PatchBuilder::Remove(std::initializer_list<std::string_view> path, size_t index) {
+  std::string pointer;
+  Json* array = Resolve(path, pointer, nullptr);
+  if (array == nullptr || index >= array->size()) return false;
+  ops_.push_back({{"op", "remove"}, {"path", pointer + "/" + std::to_string(index)}});
+  array->erase(array->begin() + static_cast<std::ptrdiff_t>(index));
+  return true;
+}
+
+Json PatchBuilder::TakePatch() {
+  Json out = std::move(ops_);
+  ops_ = Json::array();
+  return out;
 }
 
 }  // namespace wisp::k8s

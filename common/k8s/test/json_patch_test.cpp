@@ -208,5 +208,72 @@ TEST(JsonPatchTest, ParseJsonBuildsWhatNlohmannBuilds) {
   }
 }
 
+// Applies `patch` to `original` with ours and with nlohmann's implementation and checks both give
+// `edited`.
+void ExpectPatchReproduces(const Json& original, const Json& patch, const Json& edited) {
+  auto ours = ApplyPatch(original, patch);
+  ASSERT_TRUE(ours.ok()) << ours.status() << " " << patch.dump();
+  EXPECT_EQ(*ours, edited) << patch.dump();
+  EXPECT_EQ(original.patch(patch), edited) << patch.dump();
+}
+
+// Tests that each PatchBuilder edit changes the document and records the operation that makes it.
+TEST(PatchBuilderTest, RecordsTheOperationOfEachEdit) {
+  const Json original = J(R"({"spec":{"containers":[{"name":"a"},{"name":"b","env":[]}],
+                                      "volumes":[{"name":"v"}],"odd":"scalar"}})");
+  Json doc = original;
+  PatchBuilder edit(doc);
+  ASSERT_TRUE(edit.Append({"spec", "containers"}, J(R"({"name":"c"})")));
+  ASSERT_TRUE(edit.Insert({"spec", "volumes"}, 0, J(R"({"name":"first"})")));
+  ASSERT_TRUE(edit.Insert({"spec", "volumes"}, 7, J(R"({"name":"last"})")));
+  ASSERT_TRUE(edit.Append({"spec", "containers", "0", "volumeMounts"}, J(R"({"name":"m"})")));
+  ASSERT_TRUE(edit.Append({"spec", "containers", "1", "env"}, J(R"({"name":"E"})")));
+  ASSERT_TRUE(edit.Append({"spec", "initContainers"}, J(R"({"name":"i"})")));
+  ASSERT_TRUE(edit.Append({"spec", "odd"}, 1));
+  ASSERT_TRUE(edit.Append({"status", "deep", "list"}, "x"));
+  ASSERT_TRUE(edit.Append({"metadata", "annotations", "a/b~c"}, true));
+  ASSERT_TRUE(edit.Remove({"spec", "containers"}, 1));
+  EXPECT_EQ(doc, J(R"({"spec":{"containers":[{"name":"a","volumeMounts":[{"name":"m"}]},
+                                 {"name":"c"}],
+                               "volumes":[{"name":"first"},{"name":"v"},{"name":"last"}],
+                               "initContainers":[{"name":"i"}],"odd":[1]},
+                       "status":{"deep":{"list":["x"]}},
+                       "metadata":{"annotations":{"a/b~c":[true]}}})"));
+  Json patch = edit.TakePatch();
+  EXPECT_EQ(patch, J(R"([
+    {"op":"add","path":"/spec/containers/-","value":{"name":"c"}},
+    {"op":"add","path":"/spec/volumes/0","value":{"name":"first"}},
+    {"op":"add","path":"/spec/volumes/-","value":{"name":"last"}},
+    {"op":"add","path":"/spec/containers/0/volumeMounts","value":[{"name":"m"}]},
+    {"op":"add","path":"/spec/containers/1/env/-","value":{"name":"E"}},
+    {"op":"add","path":"/spec/initContainers","value":[{"name":"i"}]},
+    {"op":"replace","path":"/spec/odd","value":[1]},
+    {"op":"add","path":"/status","value":{"deep":{"list":["x"]}}},
+    {"op":"add","path":"/metadata","value":{"annotations":{"a/b~c":[true]}}},
+    {"op":"remove","path":"/spec/containers/1"}])"));
+  ExpectPatchReproduces(original, patch, doc);
+  EXPECT_TRUE(edit.empty());
+  EXPECT_EQ(edit.TakePatch(), Json::array());
+}
+
+// Tests that an edit whose path cannot be followed changes nothing and records nothing.
+TEST(PatchBuilderTest, RefusesPathsItCannotFollow) {
+  const Json original = J(R"({"spec":{"containers":[{"name":"a"}],"n":3}})");
+  Json doc = original;
+  PatchBuilder edit(doc);
+  EXPECT_FALSE(edit.Append({"spec", "containers", "1", "env"}, 1));   // no element 1
+  EXPECT_FALSE(edit.Append({"spec", "containers", "x", "env"}, 1));   // not an index
+  EXPECT_FALSE(edit.Append({"spec", "containers", "01", "env"}, 1));  // not canonical
+  EXPECT_FALSE(edit.Append({"spec", "containers", "0"}, 1));          // element is no array
+  EXPECT_FALSE(edit.Remove({"spec", "containers"}, 1));
+  EXPECT_FALSE(edit.Remove({"spec", "volumes"}, 0));
+  EXPECT_FALSE(edit.Remove({"spec", "n"}, 0));
+  Json scalar = 5;
+  PatchBuilder on_scalar(scalar);
+  EXPECT_FALSE(on_scalar.Append({"a"}, 1));
+  EXPECT_EQ(doc, original);
+  EXPECT_TRUE(edit.empty());
+}
+
 }  // namespace
 }  // namespace wisp::k8s

@@ -94,7 +94,9 @@ bool Merge(Verdict& total, Verdict&& part) {
 Verdict EvaluateMutate(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup) {
   Verdict total;
   // The input is copied only once a rule has changed the object (the common case is one rule or
-  // none), and a single mutation keeps its own patch instead of diffing the object again.
+  // none), and a single mutation keeps its own patch instead of diffing the object again. The
+  // latest mutated object lives in `changed` while the rules run (moved, never copied) and goes
+  // back to total.mutated at the end.
   const AdmissionInput* current = &in;
   std::optional<AdmissionInput> changed;
   int mutations = 0;
@@ -113,18 +115,22 @@ Verdict EvaluateMutate(const AdmissionInput& in, const Policy& policy, const Rec
         changed->old_object = in.old_object;
         changed->now_unix = in.now_unix;
       }
-      changed->object = *total.mutated;
+      changed->object = std::move(*total.mutated);
+      total.mutated.reset();
       current = &*changed;
     }
     return go_on;
   };
-  if (!chain(EvaluateTokenSidecar(*current, policy))) return total;
-  if (!chain(EvaluateVirtLauncher(*current, policy, lookup))) return total;
-  if (mutations == 1) {
-    total.patch = std::move(last_patch);
-  } else if (mutations > 1) {
-    total.patch = k8s::Diff(in.object, *total.mutated);
+  if (chain(EvaluateTokenSidecar(*current, policy)) &&
+      chain(EvaluateVirtLauncher(*current, policy, lookup))) {
+    if (mutations == 1) {
+      total.patch = std::move(last_patch);
+    } else if (mutations > 1) {
+      total.patch = k8s::Diff(in.object, changed->object);
+    }
   }
+  // A denial cleared the mutation; an error leaves the last good object, as before it.
+  if (changed && total.allowed) total.mutated = std::move(changed->object);
   return total;
 }
 

@@ -5,8 +5,9 @@
 //   - No rule does I/O. Rules that need remembered state (the recorded VMI, an admitted
 //     VolumeImportSource) read it through a RecordLookup; rules that remember something return
 //     KvWrite entries, which PolicyService applies unless the request is a dry run.
-//   - A mutating rule returns the patch (RFC 6902, from k8s::Diff) and the mutated object; running
-//     it again on its own output yields an empty patch (reinvocation-safe).
+//   - A mutating rule returns the patch (RFC 6902: the edits k8s::PatchBuilder recorded, or
+//     k8s::Diff) and the mutated object; running it again on its own output yields an empty patch
+//     (reinvocation-safe).
 //   - A denial is a result (allowed=false, message, code), not an error. `error` is set only when
 //     a lookup failed; the gateway's failure mode then answers.
 //   - Messages reproduce the upstream texts (KubeVirt, Kubernetes, CDI, GCSFuse) where they exist.

@@ -43,36 +43,28 @@ bool SidecarInjected(const Json& pod) {
   return false;
 }
 
-Json* FindMutable(Json& obj, std::initializer_list<std::string_view> path) {
-  return const_cast<Json*>(k8s::Find(obj, path));
-}
-
 // GCSFuse's ParseSidecarContainerImage: a container named wisp-sidecar declared by the user is
 // removed and its image used for the injected sidecar (a privately hosted image); its other
 // fields are dropped. An init container of that name is removed too, its image ignored. Returns
 // the image ("" when none), or the 400 message when the image does not parse.
-absl::StatusOr<std::string> TakeUserSidecar(Json& pod) {
+absl::StatusOr<std::string> TakeUserSidecar(k8s::PatchBuilder& edit) {
   std::string image;
-  Json* containers = FindMutable(pod, {"spec", "containers"});
-  if (containers != nullptr && containers->is_array()) {
-    for (size_t i = 0; i < containers->size(); ++i) {
-      if (k8s::GetString((*containers)[i], {"name"}) != kSidecarName) continue;
-      image = k8s::GetString((*containers)[i], {"image"});
-      if (!image.empty()) containers->erase(containers->begin() + static_cast<std::ptrdiff_t>(i));
-      if (std::string err = internal::ImageNameError(image); !err.empty()) {
-        return absl::InvalidArgumentError("could not parse input image: " + k8s::Quote(image) +
-                                          ", error: " + err);
-      }
-      break;
+  const Json& containers = k8s::GetArray(edit.doc(), {"spec", "containers"});
+  for (size_t i = 0; i < containers.size(); ++i) {
+    if (k8s::GetString(containers[i], {"name"}) != kSidecarName) continue;
+    image = k8s::GetString(containers[i], {"image"});
+    if (!image.empty()) (void)edit.Remove({"spec", "containers"}, i);  // an index it has
+    if (std::string err = internal::ImageNameError(image); !err.empty()) {
+      return absl::InvalidArgumentError("could not parse input image: " + k8s::Quote(image) +
+                                        ", error: " + err);
     }
+    break;
   }
-  Json* inits = FindMutable(pod, {"spec", "initContainers"});
-  if (inits != nullptr && inits->is_array()) {
-    for (size_t i = 0; i < inits->size(); ++i) {
-      if (k8s::GetString((*inits)[i], {"name"}) == kSidecarName) {
-        inits->erase(inits->begin() + static_cast<std::ptrdiff_t>(i));
-        break;
-      }
+  const Json& inits = k8s::GetArray(edit.doc(), {"spec", "initContainers"});
+  for (size_t i = 0; i < inits.size(); ++i) {
+    if (k8s::GetString(inits[i], {"name"}) == kSidecarName) {
+      (void)edit.Remove({"spec", "initContainers"}, i);
+      break;
     }
   }
   return image;
@@ -231,8 +223,11 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
   }
   if (!causes.empty()) return Deny(kRule, causes, 400, "BadRequest");
 
+  // The edits are recorded as they are made: the patch is those operations, not a diff of the
+  // whole pod (which cost more than the rest of the rule).
   Json out = pod;
-  auto user_image = TakeUserSidecar(out);
+  k8s::PatchBuilder edit(out);
+  auto user_image = TakeUserSidecar(edit);
   if (!user_image.ok()) {
     return Deny(kRule, {std::string(user_image.status().message())}, 400, "BadRequest");
   }
@@ -298,27 +293,31 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
       Json::array({{{"name", kSocketVolume}, {"mountPath", kSocketDir}},
                    {{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}}});
 
-  Json& list = native ? k8s::EnsureArray(out, {"spec", "initContainers"})
-                      : k8s::EnsureArray(out, {"spec", "containers"});
-  list.insert(list.begin() + static_cast<std::ptrdiff_t>(InsertIndex(list)), sidecar);
+  // Every edit below follows members or indices the pod has, or creates what is missing, so none
+  // can fail; `edited` keeps that promise checked.
+  bool edited = true;
+  const std::string_view list = native ? "initContainers" : "containers";
+  edited &= edit.Insert({"spec", list}, InsertIndex(k8s::GetArray(out, {"spec", list})),
+                        std::move(sidecar));
 
   // Volumes go first, as GCSFuse prepends its own; a user-defined volume of the same name wins.
-  Json& volumes = k8s::EnsureArray(out, {"spec", "volumes"});
-  Json added = Json::array();
-  if (!HasVolume(pod, kSocketVolume)) {
-    added.push_back({{"name", kSocketVolume}, {"emptyDir", {{"medium", "Memory"}}}});
-  }
   if (!HasVolume(pod, kTokenVolume)) {
     Json token = {{"expirationSeconds", policy.token_expiration_seconds}, {"path", "token"}};
     if (!audience.empty()) token["audience"] = audience;
-    added.push_back(
+    edited &= edit.Insert(
+        {"spec", "volumes"}, 0,
         {{"name", kTokenVolume},
          {"projected", {{"sources", Json::array({{{"serviceAccountToken", token}}})}}}});
   }
-  for (auto it = added.rbegin(); it != added.rend(); ++it) volumes.insert(volumes.begin(), *it);
+  if (!HasVolume(pod, kSocketVolume)) {
+    edited &= edit.Insert({"spec", "volumes"}, 0,
+                          {{"name", kSocketVolume}, {"emptyDir", {{"medium", "Memory"}}}});
+  }
 
   // Every app container reaches the sidecar through the socket directory.
-  for (auto& c : k8s::EnsureArray(out, {"spec", "containers"})) {
+  const size_t containers = k8s::GetArray(out, {"spec", "containers"}).size();
+  for (size_t i = 0; i < containers; ++i) {
+    const Json& c = k8s::GetArray(out, {"spec", "containers"})[i];
     if (k8s::GetString(c, {"name"}) == kSidecarName) continue;
     bool mounted = false;
     for (const auto& m : k8s::GetArray(c, {"volumeMounts"})) {
@@ -327,16 +326,24 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
         mounted = true;
       }
     }
+    const bool has_url = k8s::FindNamed(k8s::GetArray(c, {"env"}), kTokenUrlEnv) != nullptr;
+    const std::string index = std::to_string(i);
     if (!mounted) {
-      k8s::EnsureArray(c, {"volumeMounts"})
-          .push_back({{"name", kSocketVolume}, {"mountPath", kSocketDir}});
+      edited &= edit.Append({"spec", "containers", index, "volumeMounts"},
+                            {{"name", kSocketVolume}, {"mountPath", kSocketDir}});
     }
-    if (k8s::FindNamed(k8s::GetArray(c, {"env"}), kTokenUrlEnv) == nullptr) {
-      k8s::EnsureArray(c, {"env"}).push_back({{"name", kTokenUrlEnv}, {"value", kTokenUrl}});
+    if (!has_url) {
+      edited &= edit.Append({"spec", "containers", index, "env"},
+                            {{"name", kTokenUrlEnv}, {"value", kTokenUrl}});
     }
   }
+  if (!edited) {
+    Verdict failed = Outcome(kRule, kOutcomeError);
+    failed.error = absl::InternalError("token sidecar: an edit of the pod could not be recorded");
+    return failed;
+  }
 
-  v.patch = k8s::Diff(pod, out);
+  v.patch = edit.TakePatch();
   v.mutated = std::move(out);
   v.rule_outcomes[std::string(kRule)] = std::string(kOutcomeMutated);
   v.audit_annotations["token-sidecar"] =
