@@ -1,0 +1,103 @@
+// policy_eval_bench REVIEW_JSON POLICY_YAML [--benchmark_...]: the CPU one admission costs in the
+// gateway's and wisp-policy's own code, without HTTP, TLS or NATS: the gateway's review parse, and
+// the policy's parse, rules and answer encoding on the bench's pod (make_body.py). run.sh measures
+// the whole path; this says which part of it a change to the rules moved.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "admission/review_call.hpp"
+#include "policy/src/rules.hpp"
+
+namespace {
+
+std::string g_review;
+wisp::policy::Policy g_policy;
+
+wisp::v1::AdmissionCall Call() {
+  auto rc = wisp::gateway::admission::ParseReviewCall(g_review, "1.30");
+  if (!rc.ok()) {
+    std::fprintf(stderr, "review: %s\n", std::string(rc.status().message()).c_str());
+    std::exit(2);
+  }
+  return rc->call;
+}
+
+absl::StatusOr<std::optional<std::string>> NoRecord(std::string_view, std::string_view) {
+  return std::optional<std::string>();
+}
+
+void GatewayParseReview(benchmark::State& state) {
+  for (auto _ : state) {
+    auto rc = wisp::gateway::admission::ParseReviewCall(g_review, "1.30");
+    benchmark::DoNotOptimize(rc);
+  }
+}
+BENCHMARK(GatewayParseReview);
+
+void PolicyParseObject(benchmark::State& state) {
+  const std::string wire = Call().SerializeAsString();
+  for (auto _ : state) {
+    wisp::v1::AdmissionCall call;
+    call.ParseFromString(wire);
+    auto in = wisp::policy::AdmissionInput::FromCall(call);
+    benchmark::DoNotOptimize(in);
+  }
+}
+BENCHMARK(PolicyParseObject);
+
+void PolicyRules(benchmark::State& state) {
+  auto in = wisp::policy::AdmissionInput::FromCall(Call());
+  const wisp::policy::RecordLookup lookup = NoRecord;
+  for (auto _ : state) {
+    auto v = wisp::policy::EvaluateMutate(*in, g_policy, lookup);
+    benchmark::DoNotOptimize(v);
+  }
+}
+BENCHMARK(PolicyRules);
+
+// What wisp-policy does per request between the bus message and the reply body.
+void PolicyWholeRequest(benchmark::State& state) {
+  const std::string wire = Call().SerializeAsString();
+  const wisp::policy::RecordLookup lookup = NoRecord;
+  std::string reply;
+  for (auto _ : state) {
+    wisp::v1::AdmissionCall call;
+    call.ParseFromString(wire);
+    auto in = wisp::policy::AdmissionInput::FromCall(call);
+    auto v = wisp::policy::EvaluateMutate(*in, g_policy, lookup);
+    wisp::policy::ToProto(v).SerializeToString(&reply);
+    benchmark::DoNotOptimize(reply);
+  }
+}
+BENCHMARK(PolicyWholeRequest);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (argc != 3) {
+    std::fprintf(stderr,
+                 "usage: policy_eval_bench REVIEW_JSON POLICY_YAML [--benchmark_...]\n"
+                 "  REVIEW_JSON: an AdmissionReview, e.g. bench/admission/make_body.py's output\n"
+                 "  POLICY_YAML: a wisp-policy file, e.g. deploy/local/policy.yaml\n");
+    return 2;
+  }
+  std::ifstream f(argv[1]);
+  std::stringstream body;
+  body << f.rdbuf();
+  g_review = body.str();
+  auto policy = wisp::policy::LoadPolicyFile(argv[2]);
+  if (!policy.ok()) {
+    std::fprintf(stderr, "%s: %s\n", argv[2], std::string(policy.status().message()).c_str());
+    return 2;
+  }
+  g_policy = *policy;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
