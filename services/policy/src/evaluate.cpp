@@ -61,7 +61,8 @@ Verdict EvaluatePodTokenAudiences(const AdmissionInput& in, const Policy& policy
 
 namespace {
 
-// Folds one rule's verdict into the combined one. Returns false once a denial or error ends it.
+// Folds one rule's verdict, but for its patch and object (EvaluateMutate chains those), into the
+// combined one. Returns false once a denial or error ends it.
 bool Merge(Verdict& total, Verdict&& part) {
   for (auto& [k, v] : part.rule_outcomes) total.rule_outcomes[k] = v;
   for (auto& w : part.warnings) total.warnings.push_back(std::move(w));
@@ -85,52 +86,34 @@ bool Merge(Verdict& total, Verdict&& part) {
   if (!part.message.empty()) {
     total.message = total.message.empty() ? part.message : total.message + " " + part.message;
   }
-  if (part.mutated) total.mutated = std::move(part.mutated);
   return true;
 }
 
 }  // namespace
 
-Verdict EvaluateMutate(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup) {
+Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLookup& lookup) {
+  // `in` is this call's own: the token-sidecar rule edits its object in place, a later rule sees
+  // the edited object, and the patches are applied one after the other, so together they are the
+  // patch (RFC 6902 applies operations in order). No copy of the object, no diff.
   Verdict total;
-  // The input is copied only once a rule has changed the object (the common case is one rule or
-  // none), and a single mutation keeps its own patch instead of diffing the object again. The
-  // latest mutated object lives in `changed` while the rules run (moved, never copied) and goes
-  // back to total.mutated at the end.
-  const AdmissionInput* current = &in;
-  std::optional<AdmissionInput> changed;
-  int mutations = 0;
-  Json last_patch = Json::array();
+  bool mutated = false;
   auto chain = [&](Verdict v) {
     Json patch = std::move(v.patch);
-    bool go_on = Merge(total, std::move(v));
-    if (go_on && !patch.empty() && total.mutated) {
-      ++mutations;
-      last_patch = std::move(patch);
-      if (!changed) {
-        // Everything but the object, which is replaced at once: copying it too would deep-copy
-        // the whole input tree for nothing.
-        changed.emplace();
-        changed->call = in.call;
-        changed->old_object = in.old_object;
-        changed->now_unix = in.now_unix;
-      }
-      changed->object = std::move(*total.mutated);
-      total.mutated.reset();
-      current = &*changed;
+    std::optional<Json> object = std::move(v.mutated);
+    const bool go_on = Merge(total, std::move(v));
+    if (go_on && !patch.empty()) {
+      mutated = true;
+      if (object) in.object = std::move(*object);  // a rule that worked on its own copy
+      for (auto& op : patch) total.patch.push_back(std::move(op));
     }
     return go_on;
   };
-  if (chain(EvaluateTokenSidecar(*current, policy)) &&
-      chain(EvaluateVirtLauncher(*current, policy, lookup))) {
-    if (mutations == 1) {
-      total.patch = std::move(last_patch);
-    } else if (mutations > 1) {
-      total.patch = k8s::Diff(in.object, changed->object);
-    }
+  if (chain(internal::EvaluateTokenSidecarInPlace(in, in.object, policy)) &&
+      chain(EvaluateVirtLauncher(in, policy, lookup)) && mutated) {
+    total.mutated = std::move(in.object);
+  } else if (!total.allowed || !total.error.ok()) {
+    total.patch = Json::array();  // a denial or an error answers without a patch
   }
-  // A denial cleared the mutation; an error leaves the last good object, as before it.
-  if (changed && total.allowed) total.mutated = std::move(changed->object);
   return total;
 }
 

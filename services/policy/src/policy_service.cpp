@@ -106,8 +106,8 @@ absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(const v1::AdmissionCa
     if (!entry.ok()) return entry.status();
     return std::optional<std::string>(entry->value);
   };
-  Verdict verdict =
-      mutate ? EvaluateMutate(in, *policy, lookup) : EvaluateValidate(in, *policy, lookup);
+  Verdict verdict = mutate ? EvaluateMutate(std::move(in), *policy, lookup)
+                           : EvaluateValidate(in, *policy, lookup);
   for (const auto& [rule, outcome] : verdict.rule_outcomes) metrics_.Decision(rule, outcome);
   if (!verdict.error.ok()) return absl::UnavailableError(std::string(verdict.error.message()));
   if (verdict.allowed && !call.dry_run()) WISP_RETURN_IF_ERROR(Apply(verdict.writes));

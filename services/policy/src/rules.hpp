@@ -128,9 +128,11 @@ Verdict EvaluateVolumeImportSource(const AdmissionInput& in, const Policy& polic
 Verdict EvaluatePodTokenAudiences(const AdmissionInput& in, const Policy& policy);
 
 // Every rule that applies to the call on the mutate or validate path, combined: mutations are
-// chained (each rule sees the previous one's output) and diffed once against the original; the
-// first denial wins; warnings, audit annotations, outcomes and writes are merged.
-Verdict EvaluateMutate(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup);
+// chained (each rule sees the previous one's output) and their patches concatenated; the first
+// denial wins; warnings, audit annotations, outcomes and writes are merged.
+// EvaluateMutate takes the input by value: move it in when it is not needed afterwards (the
+// token-sidecar rule then edits the object in place instead of copying it).
+Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLookup& lookup);
 Verdict EvaluateValidate(const AdmissionInput& in, const Policy& policy,
                          const RecordLookup& lookup);
 

@@ -46,18 +46,19 @@ bool SidecarInjected(const Json& pod) {
 // GCSFuse's ParseSidecarContainerImage: a container named wisp-sidecar declared by the user is
 // removed and its image used for the injected sidecar (a privately hosted image); its other
 // fields are dropped. An init container of that name is removed too, its image ignored. Returns
-// the image ("" when none), or the 400 message when the image does not parse.
+// the image ("" when none), or the 400 message when the image does not parse (then nothing has
+// been removed).
 absl::StatusOr<std::string> TakeUserSidecar(k8s::PatchBuilder& edit) {
   std::string image;
   const Json& containers = k8s::GetArray(edit.doc(), {"spec", "containers"});
   for (size_t i = 0; i < containers.size(); ++i) {
     if (k8s::GetString(containers[i], {"name"}) != kSidecarName) continue;
     image = k8s::GetString(containers[i], {"image"});
-    if (!image.empty()) (void)edit.Remove({"spec", "containers"}, i);  // an index it has
     if (std::string err = internal::ImageNameError(image); !err.empty()) {
       return absl::InvalidArgumentError("could not parse input image: " + k8s::Quote(image) +
                                         ", error: " + err);
     }
+    (void)edit.Remove({"spec", "containers"}, i);  // an index it has
     break;
   }
   const Json& inits = k8s::GetArray(edit.doc(), {"spec", "initContainers"});
@@ -166,11 +167,19 @@ bool HasVolume(const Json& pod, std::string_view name) {
 }  // namespace
 
 Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
+  Json out = in.object;
+  Verdict v = internal::EvaluateTokenSidecarInPlace(in, out, policy);
+  if (!v.patch.empty()) v.mutated = std::move(out);
+  return v;
+}
+
+Verdict internal::EvaluateTokenSidecarInPlace(const AdmissionInput& in, Json& object,
+                                              const Policy& policy) {
   if (!policy.rules.token_sidecar) return Outcome(kRule, kOutcomeDisabled);
-  if (!in.Is("", "Pod") || in.call.operation() != "CREATE" || !in.object.is_object()) {
+  if (!in.Is("", "Pod") || in.call.operation() != "CREATE" || !object.is_object()) {
     return Outcome(kRule, kOutcomeSkipped);
   }
-  const Json& pod = in.object;
+  const Json& pod = object;  // read-only until the edits start
   auto annotation = k8s::FindAnnotation(pod, kSidecarAnnotation);
   if (!annotation) {
     Verdict v = Outcome(kRule, kOutcomeSkipped);
@@ -223,10 +232,13 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
   }
   if (!causes.empty()) return Deny(kRule, causes, 400, "BadRequest");
 
-  // The edits are recorded as they are made: the patch is those operations, not a diff of the
-  // whole pod (which cost more than the rest of the rule).
-  Json out = pod;
-  k8s::PatchBuilder edit(out);
+  const bool add_token_volume = !HasVolume(pod, kTokenVolume);
+  const bool add_socket_volume = !HasVolume(pod, kSocketVolume);
+
+  // The pod is edited in place from here, and each edit recorded as it is made: the patch is
+  // those operations, not a diff of the whole pod (which cost more than the rest of the rule).
+  k8s::PatchBuilder edit(object);
+  const Json& out = object;
   auto user_image = TakeUserSidecar(edit);
   if (!user_image.ok()) {
     return Deny(kRule, {std::string(user_image.status().message())}, 400, "BadRequest");
@@ -301,7 +313,7 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
                         std::move(sidecar));
 
   // Volumes go first, as GCSFuse prepends its own; a user-defined volume of the same name wins.
-  if (!HasVolume(pod, kTokenVolume)) {
+  if (add_token_volume) {
     Json token = {{"expirationSeconds", policy.token_expiration_seconds}, {"path", "token"}};
     if (!audience.empty()) token["audience"] = audience;
     edited &= edit.Insert(
@@ -309,7 +321,7 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
         {{"name", kTokenVolume},
          {"projected", {{"sources", Json::array({{{"serviceAccountToken", token}}})}}}});
   }
-  if (!HasVolume(pod, kSocketVolume)) {
+  if (add_socket_volume) {
     edited &= edit.Insert({"spec", "volumes"}, 0,
                           {{"name", kSocketVolume}, {"emptyDir", {{"medium", "Memory"}}}});
   }
@@ -344,7 +356,6 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
   }
 
   v.patch = edit.TakePatch();
-  v.mutated = std::move(out);
   v.rule_outcomes[std::string(kRule)] = std::string(kOutcomeMutated);
   v.audit_annotations["token-sidecar"] =
       std::string(kSidecarName) + (native ? " (native sidecar)" : " (container)") +

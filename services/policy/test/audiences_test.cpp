@@ -134,5 +134,20 @@ TEST(DispatchTest, ChainsTwoMutations) {
   EXPECT_TRUE(EvaluateMutate(testing::Rerun(in, out), Policy{}, lookup).patch.empty());
 }
 
+// Tests that a denial on the mutate path answers without a patch or an object, also when the
+// rule edits the pod in place (a user-declared sidecar with an unparsable image is refused before
+// it is removed).
+TEST(DispatchTest, DenialCarriesNoPatch) {
+  Verdict m = EvaluateMutate(
+      testing::Pod(R"({"metadata":{"name":"p","annotations":{"wisp.dev/token-sidecar":"true"}},
+        "spec":{"hostNetwork":true,"containers":[{"name":"app","image":"app:1"},
+                                                 {"name":"wisp-sidecar","image":"Bad Image"}]}})"),
+      Policy{}, testing::NoRecords());
+  EXPECT_FALSE(m.allowed);
+  EXPECT_EQ(m.rule_outcomes.at("token_sidecar"), "denied");
+  EXPECT_TRUE(m.patch.empty()) << m.patch.dump();
+  EXPECT_FALSE(m.mutated.has_value());
+}
+
 }  // namespace
 }  // namespace wisp::policy
