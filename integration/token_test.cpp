@@ -55,6 +55,46 @@ exchange:
 
 std::string Sh(const std::string& s) { return "'" + s + "'"; }
 
+// An `alg` token for system:serviceaccount:<ns>:<sa> from wisp-token, over the bus.
+v1::IssueResponse IssueToken(bus::NatsBus& bus, const std::string& alg,
+                             const std::vector<std::string>& audiences, const std::string& ns,
+                             const std::string& sa) {
+  v1::IssueRequest req;
+  req.mutable_subject()->set_namespace_(ns);
+  req.mutable_subject()->set_service_account(sa);
+  req.mutable_subject()->set_service_account_uid("uid-" + sa);
+  req.mutable_subject()->set_pod_name(sa + "-0");
+  req.mutable_subject()->set_pod_uid("uid-" + sa + "-0");
+  for (const auto& a : audiences) req.add_audiences(a);
+  req.set_algorithm(alg);
+  auto resp = bus::Call<v1::IssueResponse>(bus, bus::subjects::kTokenIssue, req, seconds(5));
+  EXPECT_TRUE(resp.ok()) << resp.status();
+  return resp.ok() ? *resp : v1::IssueResponse();
+}
+
+// The relying parties nobody here wrote, verifying `token` (then each of `forged`, which they
+// must refuse) for `audience` through `issuer`'s discovery document and JWKS over HTTPS signed by
+// the CA in `ca_file`: PyJWT's PyJWKClient, and jose's createRemoteJWKSet.
+CommandResult VerifyWithPyJwt(const std::string& ca_file, const std::string& issuer,
+                              const std::string& audience, const std::string& token,
+                              const std::vector<std::string>& forged = {}) {
+  std::string cmd = "SSL_CERT_FILE=" + ca_file + " /usr/bin/python3 " + SourceDir() +
+                    "/integration/token/verify_pyjwt.py " + Sh(issuer) + " " + Sh(audience) + " " +
+                    Sh(token);
+  for (const auto& f : forged) cmd += " " + Sh(f);
+  return RunCommand(cmd + " 2>&1");
+}
+
+CommandResult VerifyWithJose(const std::string& ca_file, const std::string& issuer,
+                             const std::string& audience, const std::string& token,
+                             const std::vector<std::string>& forged = {}) {
+  std::string cmd = "NODE_EXTRA_CA_CERTS=" + ca_file + " node " + SourceDir() +
+                    "/integration/token/verify_jose.mjs " + Sh(SourceDir() + "/tools") + " " +
+                    Sh(issuer) + " " + Sh(audience) + " " + Sh(token);
+  for (const auto& f : forged) cmd += " " + Sh(f);
+  return RunCommand(cmd + " 2>&1");
+}
+
 class TokenInteropTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -126,19 +166,9 @@ class TokenInteropTest : public ::testing::Test {
     delete dir_;
   }
 
-  static v1::IssueResponse Issue(const std::string& alg, std::vector<std::string> auds,
+  static v1::IssueResponse Issue(const std::string& alg, const std::vector<std::string>& auds,
                                  const std::string& sa = "loader") {
-    v1::IssueRequest req;
-    req.mutable_subject()->set_namespace_("ml");
-    req.mutable_subject()->set_service_account(sa);
-    req.mutable_subject()->set_service_account_uid("uid-sa");
-    req.mutable_subject()->set_pod_name("loader-0");
-    req.mutable_subject()->set_pod_uid("uid-pod");
-    for (auto& a : auds) req.add_audiences(a);
-    req.set_algorithm(alg);
-    auto resp = bus::Call<v1::IssueResponse>(*bus_, bus::subjects::kTokenIssue, req, seconds(5));
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? *resp : v1::IssueResponse();
+    return IssueToken(*bus_, alg, auds, "ml", sa);
   }
 
   // Forgeries of `token`: tampered payload, alg none, HS256 keyed with the public key (JWK and
@@ -175,20 +205,12 @@ class TokenInteropTest : public ::testing::Test {
 
   static CommandResult PyJwt(const std::string& audience, const std::string& token,
                              const std::vector<std::string>& forged = {}) {
-    std::string cmd = "SSL_CERT_FILE=" + dir_->path() + "/ca.pem /usr/bin/python3 " + SourceDir() +
-                      "/integration/token/verify_pyjwt.py " + Sh(issuer_) + " " + Sh(audience) +
-                      " " + Sh(token);
-    for (const auto& f : forged) cmd += " " + Sh(f);
-    return RunCommand(cmd + " 2>&1");
+    return VerifyWithPyJwt(dir_->path() + "/ca.pem", issuer_, audience, token, forged);
   }
 
   static CommandResult Jose(const std::string& audience, const std::string& token,
                             const std::vector<std::string>& forged = {}) {
-    std::string cmd = "NODE_EXTRA_CA_CERTS=" + dir_->path() + "/ca.pem node " + SourceDir() +
-                      "/integration/token/verify_jose.mjs " + Sh(SourceDir() + "/tools") + " " +
-                      Sh(issuer_) + " " + Sh(audience) + " " + Sh(token);
-    for (const auto& f : forged) cmd += " " + Sh(f);
-    return RunCommand(cmd + " 2>&1");
+    return VerifyWithJose(dir_->path() + "/ca.pem", issuer_, audience, token, forged);
   }
 
   static std::string Curl(const std::string& args) {
@@ -554,24 +576,12 @@ TEST(TokenKeyRetentionTest, RetiredKeyLeavesJwksOnceItsTokensHaveExpired) {
   auto bus = bus::NatsBus::Connect(bo);
   ASSERT_TRUE(bus.ok()) << bus.status();
   auto issue = [&](const std::string& alg) {
-    v1::IssueRequest req;
-    req.mutable_subject()->set_namespace_("vms");
-    req.mutable_subject()->set_service_account("vm-reader");
-    req.set_algorithm(alg);
-    req.add_audiences("sts.amazonaws.com");
-    auto resp = bus::Call<v1::IssueResponse>(**bus, bus::subjects::kTokenIssue, req, seconds(5));
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    return resp.ok() ? *resp : v1::IssueResponse();
+    return IssueToken(**bus, alg, {"sts.amazonaws.com"}, "vms", "vm-reader");
   };
   const std::string issuer = "https://localhost:" + std::to_string(s.gateway_port());
   auto relying_parties = [&](const std::string& token) {
-    const std::string env = "SSL_CERT_FILE=" + s.ca_file() + " NODE_EXTRA_CA_CERTS=" + s.ca_file();
-    const std::string args = Sh(issuer) + " sts.amazonaws.com " + Sh(token) + " 2>&1";
-    return std::pair{
-        RunCommand(env + " /usr/bin/python3 " + SourceDir() +
-                   "/integration/token/verify_pyjwt.py " + args),
-        RunCommand(env + " node " + SourceDir() + "/integration/token/verify_jose.mjs " +
-                   Sh(SourceDir() + "/tools") + " " + args)};
+    return std::pair{VerifyWithPyJwt(s.ca_file(), issuer, "sts.amazonaws.com", token),
+                     VerifyWithJose(s.ca_file(), issuer, "sts.amazonaws.com", token)};
   };
   // Under scripts/sanitize the binary is ASan-built, and ASan refuses to start unless its runtime
   // comes first in the library list; libfaketime's preload comes before it, harmlessly.
