@@ -275,16 +275,13 @@ class SharedSpentMsgs {
 
   void Add(MsgPtr msg) {
     const auto size = static_cast<size_t>(std::max(natsMsg_GetDataLength(msg.get()), 0));
-    std::vector<natsMsg*> batch;
     {
       std::lock_guard lock(mu_);
       msgs_.push_back(msg.release());
       bytes_ += size;
       if (msgs_.size() < kBatch && bytes_ < kBytes) return;
-      batch.swap(msgs_);
-      bytes_ = 0;
     }
-    for (natsMsg* m : batch) natsMsg_Destroy(m);
+    Release();
   }
 
   void Release() {

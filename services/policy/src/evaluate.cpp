@@ -111,8 +111,8 @@ Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLook
   if (chain(internal::EvaluateTokenSidecarInPlace(in, in.object, policy)) &&
       chain(EvaluateVirtLauncher(in, policy, lookup)) && mutated) {
     total.mutated = std::move(in.object);
-  } else if (!total.allowed || !total.error.ok()) {
-    total.patch = Json::array();  // a denial or an error answers without a patch
+  } else if (!total.error.ok()) {
+    total.patch = Json::array();  // an error answers without a patch (Merge cleared a denial's)
   }
   return total;
 }

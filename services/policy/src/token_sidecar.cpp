@@ -238,7 +238,6 @@ Verdict internal::EvaluateTokenSidecarInPlace(const AdmissionInput& in, Json& ob
   // The pod is edited in place from here, and each edit recorded as it is made: the patch is
   // those operations, not a diff of the whole pod (which cost more than the rest of the rule).
   k8s::PatchBuilder edit(object);
-  const Json& out = object;
   auto user_image = TakeUserSidecar(edit);
   if (!user_image.ok()) {
     return Deny(kRule, {std::string(user_image.status().message())}, 400, "BadRequest");
@@ -309,7 +308,7 @@ Verdict internal::EvaluateTokenSidecarInPlace(const AdmissionInput& in, Json& ob
   // can fail; `edited` keeps that promise checked.
   bool edited = true;
   const std::string_view list = native ? "initContainers" : "containers";
-  edited &= edit.Insert({"spec", list}, InsertIndex(k8s::GetArray(out, {"spec", list})),
+  edited &= edit.Insert({"spec", list}, InsertIndex(k8s::GetArray(edit.doc(), {"spec", list})),
                         std::move(sidecar));
 
   // Volumes go first, as GCSFuse prepends its own; a user-defined volume of the same name wins.
@@ -327,9 +326,9 @@ Verdict internal::EvaluateTokenSidecarInPlace(const AdmissionInput& in, Json& ob
   }
 
   // Every app container reaches the sidecar through the socket directory.
-  const size_t containers = k8s::GetArray(out, {"spec", "containers"}).size();
+  const size_t containers = k8s::GetArray(edit.doc(), {"spec", "containers"}).size();
   for (size_t i = 0; i < containers; ++i) {
-    const Json& c = k8s::GetArray(out, {"spec", "containers"})[i];
+    const Json& c = k8s::GetArray(edit.doc(), {"spec", "containers"})[i];
     if (k8s::GetString(c, {"name"}) == kSidecarName) continue;
     bool mounted = false;
     for (const auto& m : k8s::GetArray(c, {"volumeMounts"})) {

@@ -11,7 +11,7 @@
 //     rule that knows its few changes: no copy of the original and no Diff over the whole object.
 //     Paths are member names and, inside arrays, element indices ("0", "12"). A missing member or a
 //     member of the wrong type on the way is created with one "add" (or "replace") of the whole
-//     new value, as Diff would emit it. Applying patch() to the document as it was yields the
+//     new value, as Diff would emit it. Applying TakePatch() to the document as it was yields the
 //     document as it is. An edit whose path crosses an array at an index it does not have, or a
 //     scalar it cannot descend, changes nothing and returns false.
 //   - ApplyPatch supports add, remove, replace, move, copy and test. Errors are InvalidArgument
@@ -32,6 +32,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "wisp/k8s/json.hpp"
 
