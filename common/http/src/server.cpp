@@ -648,7 +648,8 @@ class BeastServer final : public Server {
   void Stop(std::chrono::milliseconds grace) override {
     if (threads_.empty()) return;
     core_->stopping = true;
-    asio::post(ioc_, [this] {
+    // On the acceptors' strand: an accept handler re-arming on another thread must not race it.
+    asio::post(accept_strand_, [this] {
       beast::error_code ec;
       if (tcp_acceptor_) tcp_acceptor_->close(ec);
       if (unix_acceptor_) unix_acceptor_->close(ec);
@@ -698,7 +699,8 @@ class BeastServer final : public Server {
 
   void AcceptTcp() {
     tcp_acceptor_->async_accept(
-        asio::make_strand(ioc_), [this](beast::error_code ec, tcp::socket s) {
+        asio::make_strand(ioc_),
+        asio::bind_executor(accept_strand_, [this](beast::error_code ec, tcp::socket s) {
           if (ec) {
             if (ec != asio::error::operation_aborted && !core_->stopping) AcceptTcp();
             return;
@@ -718,23 +720,26 @@ class BeastServer final : public Server {
                 ->Run();
           }
           AcceptTcp();
-        });
+        }));
   }
 
   void AcceptUnix() {
     unix_acceptor_->async_accept(
-        asio::make_strand(ioc_), [this](beast::error_code ec, local::socket s) {
+        asio::make_strand(ioc_),
+        asio::bind_executor(accept_strand_, [this](beast::error_code ec, local::socket s) {
           if (ec) {
             if (ec != asio::error::operation_aborted && !core_->stopping) AcceptUnix();
             return;
           }
           std::make_shared<Session<LocalStream>>(LocalStream(std::move(s)), core_, "unix")->Run();
           AcceptUnix();
-        });
+        }));
   }
 
   std::shared_ptr<Core> core_;
   asio::io_context ioc_;
+  // Accept completions and Stop's close run here, one at a time.
+  asio::strand<asio::io_context::executor_type> accept_strand_ = asio::make_strand(ioc_);
   std::optional<tcp::acceptor> tcp_acceptor_;
   std::optional<local::acceptor> unix_acceptor_;
   std::vector<std::thread> threads_;
