@@ -258,6 +258,45 @@ TEST_F(TokenInteropTest, JoseVerifiesThroughRemoteJwks) {
   }
 }
 
+// Tests wisp.v1.token.issue_batch against the real wisp-token: RS256 and ES256 entries for
+// different service accounts come back in order, each verified by PyJWT and by jose through
+// discovery, and an entry the policy refuses is refused alone, with the message issue gives.
+TEST_F(TokenInteropTest, BatchTokensVerifyWithPyJwtAndJose) {
+  v1::IssueBatchRequest batch;
+  const std::vector<std::pair<std::string, std::string>> entries = {
+      {"RS256", "reader"}, {"ES256", "writer"}, {"ES256", "refused"}, {"RS256", "auditor"}};
+  for (const auto& [alg, sa] : entries) {
+    v1::IssueRequest* req = batch.add_requests();
+    req->mutable_subject()->set_namespace_("ml");
+    req->mutable_subject()->set_service_account(sa);
+    req->add_audiences(sa == "refused" ? "not-allowed-here" : "sts.amazonaws.com");
+    if (sa != "refused") req->add_audiences("vault");
+    req->set_algorithm(alg);
+  }
+  auto resp =
+      bus::Call<v1::IssueBatchResponse>(*bus_, bus::subjects::kTokenIssueBatch, batch, seconds(10));
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_EQ(resp->results_size(), 4);
+  auto alone = bus::Call<v1::IssueResponse>(*bus_, bus::subjects::kTokenIssue, batch.requests(2),
+                                            seconds(5));
+  EXPECT_EQ(resp->results(2).code(), static_cast<int>(alone.status().code()));
+  EXPECT_EQ(resp->results(2).message(), alone.status().message());
+  EXPECT_EQ(resp->results(2).code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  for (int i : {0, 1, 3}) {
+    const auto& [alg, sa] = entries[static_cast<size_t>(i)];
+    SCOPED_TRACE(alg + " " + sa);
+    ASSERT_EQ(resp->results(i).code(), 0) << resp->results(i).message();
+    const std::string& token = resp->results(i).token().token();
+    auto py = PyJwt("sts.amazonaws.com", token);
+    EXPECT_EQ(py.exit_code, 0) << py.output;
+    EXPECT_NE(py.output.find("ok " + alg + " system:serviceaccount:ml:" + sa), std::string::npos)
+        << py.output;
+    auto jose = Jose("vault", token);
+    EXPECT_EQ(jose.exit_code, 0) << jose.output;
+    EXPECT_NE(jose.output.find("ok " + alg), std::string::npos) << jose.output;
+  }
+}
+
 // Tests that discovery and JWKS have Kubernetes' shapes and cache headers over HTTPS.
 TEST_F(TokenInteropTest, DiscoveryShapesOverHttps) {
   const std::string url = "https://localhost:" + std::to_string(https_port_);

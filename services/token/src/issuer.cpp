@@ -281,4 +281,31 @@ absl::StatusOr<Signed> Issuer::SignClaims(nlohmann::json claims, int64_t lifetim
   return out;
 }
 
+absl::StatusOr<v1::IssueBatchResponse> Issuer::IssueBatch(
+    const v1::IssueBatchRequest& request) const {
+  const int n = request.requests_size();
+  if (n == 0) {
+    metrics_.IssueError("invalid_batch").Increment();
+    return absl::InvalidArgumentError("requests: empty batch");
+  }
+  if (n > kMaxBatch) {
+    metrics_.IssueError("invalid_batch").Increment();
+    return absl::InvalidArgumentError("requests: " + std::to_string(n) + " entries; at most " +
+                                      std::to_string(kMaxBatch) + " per batch");
+  }
+  v1::IssueBatchResponse resp;
+  resp.mutable_results()->Reserve(n);
+  for (const v1::IssueRequest& entry : request.requests()) {
+    v1::IssueResult* result = resp.add_results();
+    auto token = Issue(entry);
+    if (token.ok()) {
+      *result->mutable_token() = *std::move(token);
+    } else {
+      result->set_code(static_cast<int32_t>(token.status().code()));
+      result->set_message(std::string(token.status().message()));
+    }
+  }
+  return resp;
+}
+
 }  // namespace wisp::token

@@ -14,6 +14,9 @@
 //     pod it names (pod_proof.hpp), else PermissionDenied naming the field that does not match.
 //   - Errors are InvalidArgument / PermissionDenied with a message naming the field; each counts
 //     in wisp_token_issue_errors_total{reason}.
+//   - IssueBatch (wisp.v1.token.issue_batch): 1 to kMaxBatch entries, else InvalidArgument naming
+//     `requests`; each entry is issued or refused exactly as Issue would, its result in the same
+//     place, so one bad entry costs only its own token.
 //   - Thread-safe; no per-request key parsing (keys come from KeyManager's snapshot).
 //
 // Example:
@@ -55,7 +58,10 @@ class Issuer {
   Issuer(const KeyManager& keys, const PolicyStore& policy, Clock& clock, TokenMetrics& metrics,
          Options options);
 
+  static constexpr int kMaxBatch = 256;
+
   absl::StatusOr<v1::IssueResponse> Issue(const v1::IssueRequest& request) const;
+  absl::StatusOr<v1::IssueBatchResponse> IssueBatch(const v1::IssueBatchRequest& request) const;
   // Adds iss, iat, nbf, exp (= iat + lifetime) and jti to `claims` and signs them.
   absl::StatusOr<Signed> SignClaims(nlohmann::json claims, int64_t lifetime_seconds,
                                     jwt::Algorithm alg) const;

@@ -66,6 +66,8 @@ absl::Status TokenService::Start() {
   };
   WISP_RETURN_IF_ERROR(add("issue", bus::subjects::kTokenIssue, &TokenService::HandleIssue));
   WISP_RETURN_IF_ERROR(
+      add("issue_batch", bus::subjects::kTokenIssueBatch, &TokenService::HandleIssueBatch));
+  WISP_RETURN_IF_ERROR(
       add("exchange", bus::subjects::kTokenExchange, &TokenService::HandleExchange));
   WISP_RETURN_IF_ERROR(add("review", bus::subjects::kTokenReview, &TokenService::HandleReview));
   WISP_RETURN_IF_ERROR(add("keys", bus::subjects::kTokenKeys, &TokenService::HandleKeys));
@@ -111,6 +113,14 @@ bus::Reply TokenService::HandleIssue(const bus::Request& request) const {
   auto req = bus::ParseBody<v1::IssueRequest>(request);
   if (!req.ok()) return bus::Reply::Error(req.status());
   auto resp = issuer_.Issue(*req);
+  if (!resp.ok()) return bus::Reply::Error(resp.status());
+  return bus::ProtoReply(*resp);
+}
+
+bus::Reply TokenService::HandleIssueBatch(const bus::Request& request) const {
+  auto req = bus::ParseBody<v1::IssueBatchRequest>(request);
+  if (!req.ok()) return bus::Reply::Error(req.status());
+  auto resp = issuer_.IssueBatch(*req);
   if (!resp.ok()) return bus::Reply::Error(resp.status());
   return bus::ProtoReply(*resp);
 }

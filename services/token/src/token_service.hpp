@@ -2,13 +2,13 @@
 // TokenService: wisp-token's bus endpoints over Issuer, Reviewer, Exchanger and KeyManager.
 //
 // Contract:
-//   - Registers endpoints issue, exchange, keys, review, upload (wisp.v1.token.*, queue group
-//   wisp-token)
-//     on a bus::Service (NATS micro discovery, per-endpoint metrics). Parallel signing comes from
-//     the bus: NatsBusOptions::serve_threads worker threads per endpoint, so one instance signs on
-//     several cores.
+//   - Registers endpoints issue, issue_batch, exchange, keys, review, upload (wisp.v1.token.*,
+//     queue group wisp-token) on a bus::Service (NATS micro discovery, per-endpoint metrics).
+//     Parallel signing comes from the bus: NatsBusOptions::serve_threads worker threads per
+//     endpoint, so one instance signs on several cores.
 //   - Bad bodies are InvalidArgument; Issue refusals keep their codes (InvalidArgument,
-//     PermissionDenied); exchange refusals are answers (ExchangeResponse.error), not bus errors.
+//     PermissionDenied), in IssueResult.code for each entry of a batch; exchange refusals are
+//     answers (ExchangeResponse.error), not bus errors.
 //   - Publishes KeysResponse on wisp.v1.events.token.keys whenever the key set changes (own write
 //     or a change written by another replica) and once at Start().
 //   - Runs key rotation checks every `tick_interval` on its own thread until Stop().
@@ -56,6 +56,7 @@ class TokenService {
   void Stop();
 
   bus::Reply HandleIssue(const bus::Request& request) const;
+  bus::Reply HandleIssueBatch(const bus::Request& request) const;
   bus::Reply HandleReview(const bus::Request& request) const;
   bus::Reply HandleExchange(const bus::Request& request) const;
   bus::Reply HandleKeys(const bus::Request& request) const;

@@ -124,5 +124,49 @@ TEST_F(IssuerTest, ClaimsAreCanonicalJsonAndRefuseInvalidUtf8) {
   }
 }
 
+// Tests that a batch answers each entry in its place, a refused entry with the code and message
+// Issue gives it alone, and that an empty or oversized batch is refused naming `requests`.
+TEST_F(IssuerTest, IssueBatchAnswersEachEntry) {
+  v1::IssueBatchRequest batch;
+  *batch.add_requests() = env_.Request("ml", "loader", {"vault"});
+  *batch.add_requests() = env_.Request("short", "x", {"sts.amazonaws.com"});
+  auto es = env_.Request("ml", "trainer", {"vault"});
+  es.set_algorithm("ES256");
+  *batch.add_requests() = es;
+  auto short_lived = env_.Request();
+  short_lived.set_expiration_seconds(60);
+  *batch.add_requests() = short_lived;
+
+  auto resp = env_.issuer->IssueBatch(batch);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_EQ(resp->results_size(), 4);
+  EXPECT_EQ(resp->results(0).code(), 0);
+  EXPECT_EQ(ClaimsOf(resp->results(0).token().token())["sub"], "system:serviceaccount:ml:loader");
+  EXPECT_EQ(resp->results(1).code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_FALSE(resp->results(1).has_token());
+  EXPECT_EQ(resp->results(1).message(), env_.issuer->Issue(batch.requests(1)).status().message());
+  EXPECT_EQ(resp->results(2).code(), 0);
+  EXPECT_EQ(jwt::Decode(resp->results(2).token().token())->alg, "ES256");
+  EXPECT_EQ(ClaimsOf(resp->results(2).token().token())["sub"], "system:serviceaccount:ml:trainer");
+  EXPECT_EQ(resp->results(3).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(resp->results(3).message(),
+            "expirationSeconds: may not specify a duration less than 10 minutes");
+  for (int i : {0, 2}) {
+    EXPECT_TRUE(jwt::Verify(resp->results(i).token().token(), env_.keys->Current()->public_keys,
+                            {.now_unix = env_.clock.NowUnixSeconds()})
+                    .ok());
+  }
+
+  auto empty = env_.issuer->IssueBatch(v1::IssueBatchRequest());
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(empty.status().message()), "requests: empty batch");
+  v1::IssueBatchRequest big;
+  for (int i = 0; i <= Issuer::kMaxBatch; ++i) *big.add_requests() = env_.Request();
+  auto refused = env_.issuer->IssueBatch(big);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(refused.status().message()),
+            "requests: 257 entries; at most 256 per batch");
+}
+
 }  // namespace
 }  // namespace wisp::token

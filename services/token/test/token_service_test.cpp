@@ -60,6 +60,27 @@ TEST_F(TokenServiceTest, IssuesAndReviewsOverTheBus) {
   EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Tests issue_batch through the bus: each entry answered in its place, a bad batch refused.
+TEST_F(TokenServiceTest, IssuesBatchesOverTheBus) {
+  v1::IssueBatchRequest batch;
+  *batch.add_requests() = env_.Request();
+  auto refused = env_.Request();
+  refused.set_expiration_seconds(60);
+  *batch.add_requests() = refused;
+  auto resp = bus::Call<v1::IssueBatchResponse>(env_.bus, bus::subjects::kTokenIssueBatch, batch,
+                                                seconds(2));
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_EQ(resp->results_size(), 2);
+  EXPECT_EQ(resp->results(0).code(), 0);
+  EXPECT_FALSE(resp->results(0).token().token().empty());
+  EXPECT_EQ(resp->results(1).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  auto empty = bus::Call<v1::IssueBatchResponse>(env_.bus, bus::subjects::kTokenIssueBatch,
+                                                 v1::IssueBatchRequest(), seconds(2));
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  auto garbage = env_.bus.Request(bus::subjects::kTokenIssueBatch, "\xff\xff", seconds(2));
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // Tests that an upload token names its volume, verifies for audience wisp-upload only, and that
 // bad requests are refused naming the field.
 TEST_F(TokenServiceTest, IssuesUploadTokens) {

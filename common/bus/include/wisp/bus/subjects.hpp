@@ -14,6 +14,8 @@ inline constexpr std::string_view kPolicyValidate = "wisp.v1.policy.validate";
 // wisp-token
 inline constexpr std::string_view kTokenIssue =
     "wisp.v1.token.issue";  // IssueRequest -> IssueResponse
+inline constexpr std::string_view kTokenIssueBatch =
+    "wisp.v1.token.issue_batch";  // IssueBatchRequest -> IssueBatchResponse
 inline constexpr std::string_view kTokenExchange =
     "wisp.v1.token.exchange";  // ExchangeRequest -> ExchangeResponse
 inline constexpr std::string_view kTokenKeys = "wisp.v1.token.keys";  // KeysRequest -> KeysResponse
