@@ -76,25 +76,30 @@ class ShortTokenIssuer {
     options.servers = {nats_url};
     options.name = "csi-test-issuer";
     bus_ = *bus::NatsBus::Connect(options);
-    sub_ = *bus_->Serve(
-        bus::subjects::kTokenIssue, bus::queues::kToken,
-        [this](const bus::Request& r) -> bus::Reply {
-          auto req = bus::ParseBody<v1::IssueRequest>(r);
-          if (!req.ok()) return bus::Reply::Error(req.status());
-          const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count();
-          v1::IssueResponse resp;
-          std::lock_guard lock(mu_);
-          // Distinct lengths, so a torn read could never pass for a valid token.
-          const int n = ++issued_;
-          proofs_.push_back(req->pod_proof());
-          resp.set_token("short-" + std::to_string(n) + "-" + std::string(100 + 37 * n, 'x'));
-          issued_tokens_.insert(resp.token());
-          resp.set_issued_at_unix(now);
-          resp.set_expiration_unix(now + lifetime_.count());
-          return bus::ProtoReply(resp);
-        });
+    subs_.push_back(*bus_->Serve(bus::subjects::kTokenIssue, bus::queues::kToken,
+                                 [this](const bus::Request& r) -> bus::Reply {
+                                   auto req = bus::ParseBody<v1::IssueRequest>(r);
+                                   if (!req.ok()) return bus::Reply::Error(req.status());
+                                   std::lock_guard lock(mu_);
+                                   return bus::ProtoReply(IssueLocked(*req));
+                                 }));
+    subs_.push_back(*bus_->Serve(bus::subjects::kTokenIssueBatch, bus::queues::kToken,
+                                 [this](const bus::Request& r) -> bus::Reply {
+                                   auto req = bus::ParseBody<v1::IssueBatchRequest>(r);
+                                   if (!req.ok()) return bus::Reply::Error(req.status());
+                                   std::lock_guard lock(mu_);
+                                   batch_sizes_.push_back(req->requests_size());
+                                   v1::IssueBatchResponse resp;
+                                   for (const auto& entry : req->requests()) {
+                                     *resp.add_results()->mutable_token() = IssueLocked(entry);
+                                   }
+                                   return bus::ProtoReply(resp);
+                                 }));
+  }
+  // The number of entries of each issue_batch request, in order.
+  std::vector<int> batch_sizes() {
+    std::lock_guard lock(mu_);
+    return batch_sizes_;
   }
   int issued() {
     std::lock_guard lock(mu_);
@@ -116,8 +121,24 @@ class ShortTokenIssuer {
   int issued_ = 0;
   std::set<std::string> issued_tokens_;
   std::vector<std::string> proofs_;
+  std::vector<int> batch_sizes_;
   std::unique_ptr<bus::NatsBus> bus_;
-  bus::SubscriptionPtr sub_;
+  std::vector<bus::SubscriptionPtr> subs_;
+
+  v1::IssueResponse IssueLocked(const v1::IssueRequest& req) {
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    v1::IssueResponse resp;
+    // Distinct lengths, so a torn read could never pass for a valid token.
+    const int n = ++issued_;
+    proofs_.push_back(req.pod_proof());
+    resp.set_token("short-" + std::to_string(n) + "-" + std::string(100 + 37 * n, 'x'));
+    issued_tokens_.insert(resp.token());
+    resp.set_issued_at_unix(now);
+    resp.set_expiration_unix(now + lifetime_.count());
+    return resp;
+  }
 };
 
 class CsiIntegrationTest : public ::testing::Test {
@@ -301,6 +322,42 @@ TEST_F(CsiIntegrationTest, GatewayRestartKeepsRotating) {
   EXPECT_THAT(stack_->process("wisp-gateway").Log(), HasSubstr("recovered 1 token volume"));
   ASSERT_TRUE(client_->Unpublish("csi-restart", target).ok());
   EXPECT_FALSE(fs::exists(target));
+}
+
+// Tests that volumes whose rotation fell due while the gateway was down are rotated together
+// after its restart, in one wisp.v1.token.issue_batch request rather than one request each.
+TEST_F(CsiIntegrationTest, RestartRotatesOverdueVolumesInOneBatch) {
+  ASSERT_NO_FATAL_FAILURE(StartStack({.token = false}));
+  ShortTokenIssuer issuer(stack_->nats().url(), 6s);
+  std::vector<std::string> targets, first;
+  for (int i = 0; i < 3; ++i) {
+    targets.push_back(Target("overdue-" + std::to_string(i)));
+    ASSERT_TRUE(client_
+                    ->Publish(TokenVolumeRequest("csi-overdue-" + std::to_string(i), targets.back(),
+                                                 "vault", "600"))
+                    .ok());
+    first.push_back(ReadAll(targets.back() + "/token"));
+  }
+  stack_->Kill("wisp-gateway");
+  std::this_thread::sleep_for(6s);  // past 80% of every token's 6 s
+  ASSERT_TRUE(stack_->StartService("wisp-gateway").ok());
+  ASSERT_TRUE(stack_->WaitReady("wisp-gateway").ok());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (size_t i = 0; i < targets.size(); ++i) {
+          if (ReadAll(targets[i] + "/token") == first[i]) return false;
+        }
+        return true;
+      },
+      15s))
+      << stack_->process("wisp-gateway").Log();
+  const auto batches = issuer.batch_sizes();
+  ASSERT_FALSE(batches.empty()) << stack_->process("wisp-gateway").Log();
+  EXPECT_EQ(batches.front(), 3);
+  for (const auto& t : targets) EXPECT_TRUE(issuer.IsIssued(ReadAll(t + "/token")));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client_->Unpublish("csi-overdue-" + std::to_string(i), targets[i]).ok());
+  }
 }
 
 // Tests G3's gateway side: the kubelet's token for audience "wisp" goes with every issue of the

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <random>
+#include <set>
 
 #include "csi/grpc_call.hpp"
 #include "csi/strip_secrets.hpp"
@@ -82,12 +83,18 @@ NodeService::NodeService(NodeOptions options, bus::Requester& requester, TokenIs
       clock_(clock),
       metrics_(metrics),
       logger_(log::Get("csi-node")),
-      scheduler_(clock, [this](const std::string& id) { RotateNow(id).IgnoreError(); }) {}
+      scheduler_(
+          clock, [this](const std::vector<std::string>& ids) { RotateDue(ids); },
+          BusTokenIssuer::kMaxBatch) {}
 
 NodeService::~NodeService() { scheduler_.Stop(); }
 
+size_t NodeService::VolumeStripe(const std::string& volume_id) const {
+  return std::hash<std::string>{}(volume_id) % volume_locks_.size();
+}
+
 std::mutex& NodeService::VolumeLock(const std::string& volume_id) {
-  return volume_locks_[std::hash<std::string>{}(volume_id) % volume_locks_.size()];
+  return volume_locks_[VolumeStripe(volume_id)];
 }
 
 size_t NodeService::token_volume_count() const {
@@ -458,19 +465,63 @@ absl::Status NodeService::RotateNow(const std::string& volume_id) {
   return RotateLocked(volume_id);
 }
 
-absl::Status NodeService::RotateLocked(const std::string& volume_id) {
-  v1::TokenProjection projection;
-  std::string proof;  // "" after a gateway restart until the kubelet's next republish
-  {
-    std::lock_guard lock(mu_);
-    auto it = tokens_.find(volume_id);
-    if (it == tokens_.end()) return absl::NotFoundError("no token volume " + volume_id);
-    projection = it->second;
-    if (auto p = proofs_.find(volume_id); p != proofs_.end()) proof = p->second;
+void NodeService::RotateDue(const std::vector<std::string>& volume_ids) {
+  if (volume_ids.size() == 1) {
+    RotateNow(volume_ids[0]).IgnoreError();
+    return;
   }
-  if (projection.token_source() != kSourceWisp) return absl::OkStatus();
-  log::ScopedRequestId rid(volume_id);
+  // Every stripe the batch touches, in ascending order; Publish and Unpublish take one stripe at
+  // a time, so this cannot deadlock with them.
+  std::set<size_t> stripes;
+  for (const auto& id : volume_ids) stripes.insert(VolumeStripe(id));
+  std::vector<std::unique_lock<std::mutex>> locks;
+  locks.reserve(stripes.size());
+  for (size_t stripe : stripes) locks.emplace_back(volume_locks_[stripe]);
 
+  std::vector<Rotation> due;
+  for (const auto& id : volume_ids) {
+    auto r = PrepareRotation(id);
+    if (r.ok() && r->from_wisp) due.push_back(*std::move(r));
+  }
+  if (due.empty()) return;
+  std::vector<IssueSpec> specs;
+  specs.reserve(due.size());
+  for (const Rotation& r : due) {
+    specs.push_back({r.projection.subject(), r.projection.audience(),
+                     r.projection.expiration_seconds(), r.proof});
+  }
+  auto tokens = issuer_.IssueBatch(specs);
+  for (size_t i = 0; i < due.size(); ++i) {
+    log::ScopedRequestId rid(due[i].projection.volume_id());
+    FinishRotation(due[i], i < tokens.size() ? std::move(tokens[i])
+                                             : absl::InternalError("issuer answered too few"))
+        .IgnoreError();
+  }
+}
+
+absl::StatusOr<NodeService::Rotation> NodeService::PrepareRotation(const std::string& volume_id) {
+  Rotation r;
+  std::lock_guard lock(mu_);
+  auto it = tokens_.find(volume_id);
+  if (it == tokens_.end()) return absl::NotFoundError("no token volume " + volume_id);
+  r.projection = it->second;
+  if (auto p = proofs_.find(volume_id); p != proofs_.end()) r.proof = p->second;
+  r.from_wisp = r.projection.token_source() == kSourceWisp;
+  return r;
+}
+
+absl::Status NodeService::RotateLocked(const std::string& volume_id) {
+  WISP_ASSIGN_OR_RETURN(Rotation r, PrepareRotation(volume_id));
+  if (!r.from_wisp) return absl::OkStatus();
+  log::ScopedRequestId rid(volume_id);
+  const auto& p = r.projection;
+  return FinishRotation(r,
+                        issuer_.Issue(p.subject(), p.audience(), p.expiration_seconds(), r.proof));
+}
+
+absl::Status NodeService::FinishRotation(Rotation& r, absl::StatusOr<IssuedToken> token) {
+  v1::TokenProjection& projection = r.projection;
+  const std::string& volume_id = projection.volume_id();
   auto fail = [&](const absl::Status& st) {
     metrics_.rotations_error.Increment();
     const int64_t now = clock_.NowUnixSeconds();
@@ -488,8 +539,6 @@ absl::Status NodeService::RotateLocked(const std::string& volume_id) {
     return st;
   };
 
-  auto token = issuer_.Issue(projection.subject(), projection.audience(),
-                             projection.expiration_seconds(), proof);
   if (!token.ok()) return fail(token.status());
   if (absl::Status st = WriteToken(projection.target_path(), projection.path(), token->token,
                                    projection.file_mode());

@@ -90,6 +90,10 @@ class NodeService final : public ::csi::v1::Node::Service {
   // Issues and writes a fresh token for a `wisp` token volume, then schedules the next rotation
   // (or a retry after a failure, keeping the current token). The scheduler calls it.
   absl::Status RotateNow(const std::string& volume_id);
+  // Rotates every volume the scheduler found due with one wisp.v1.token.issue_batch (one bus
+  // round trip, not one per volume); each then finishes as RotateNow would, a refused or failed
+  // entry keeping its current token and retrying on its own.
+  void RotateDue(const std::vector<std::string>& volume_ids);
 
   RotationScheduler& scheduler() { return scheduler_; }
   size_t token_volume_count() const;
@@ -117,8 +121,20 @@ class NodeService final : public ::csi::v1::Node::Service {
     bool read_only = false;
   };
 
+  // What a rotation needs, read under mu_ with the volume's lock held.
+  struct Rotation {
+    v1::TokenProjection projection;
+    std::string proof;  // "" after a gateway restart until the kubelet's next republish
+    bool from_wisp = false;
+  };
+
+  size_t VolumeStripe(const std::string& volume_id) const;
   std::mutex& VolumeLock(const std::string& volume_id);
-  absl::Status RotateLocked(const std::string& volume_id);  // volume lock held
+  absl::Status RotateLocked(const std::string& volume_id);                 // volume lock held
+  absl::StatusOr<Rotation> PrepareRotation(const std::string& volume_id);  // volume lock held
+  // Writes the new token and schedules the next rotation, or keeps the current token and
+  // schedules a retry. Volume lock held.
+  absl::Status FinishRotation(Rotation& rotation, absl::StatusOr<IssuedToken> token);
   absl::Status PublishToken(const ::csi::v1::NodePublishVolumeRequest& request);
   // A bind mount of `volume_id` at `path` this process does not remember (made before a restart):
   // recorded and true when `path` is a mount point under the target roots showing the volume's

@@ -1,11 +1,12 @@
 #include "csi/rotation_scheduler.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 namespace wisp::gateway::csi {
 
-RotationScheduler::RotationScheduler(const Clock& clock, Callback callback)
-    : clock_(clock), callback_(std::move(callback)) {}
+RotationScheduler::RotationScheduler(const Clock& clock, Callback callback, size_t max_batch)
+    : clock_(clock), callback_(std::move(callback)), max_batch_(std::max<size_t>(1, max_batch)) {}
 
 RotationScheduler::~RotationScheduler() { Stop(); }
 
@@ -39,20 +40,23 @@ size_t RotationScheduler::size() const {
   return due_.size();
 }
 
-std::optional<std::string> RotationScheduler::PopDue() {
+std::vector<std::string> RotationScheduler::PopDue() {
+  std::vector<std::string> ids;
   std::lock_guard lock(mu_);
-  if (queue_.empty() || queue_.begin()->first > clock_.NowUnixSeconds()) return std::nullopt;
-  std::string id = queue_.begin()->second;
-  queue_.erase(queue_.begin());
-  due_.erase(id);
-  return id;
+  const int64_t now = clock_.NowUnixSeconds();
+  while (ids.size() < max_batch_ && !queue_.empty() && queue_.begin()->first <= now) {
+    ids.push_back(queue_.begin()->second);
+    queue_.erase(queue_.begin());
+    due_.erase(ids.back());
+  }
+  return ids;
 }
 
 int RotationScheduler::RunDue() {
   int ran = 0;
-  while (auto id = PopDue()) {
-    callback_(*id);
-    ++ran;
+  for (auto ids = PopDue(); !ids.empty(); ids = PopDue()) {
+    callback_(ids);
+    ran += static_cast<int>(ids.size());
   }
   return ran;
 }

@@ -6,12 +6,16 @@
 //
 // Contract:
 //   - Schedule() replaces any earlier due time of the volume; Cancel() forgets it.
-//   - A due volume leaves the schedule before its callback runs; the callback schedules the next
-//     rotation (or a retry). Callbacks run one at a time, never with the scheduler's lock held.
+//   - The callback gets every volume due at once (up to `max_batch` a call, earliest first), so
+//     the node can ask for all their tokens in one bus request. A due volume leaves the schedule
+//     before its callback runs; the callback schedules the next rotation (or a retry). Callbacks
+//     run one at a time, never with the scheduler's lock held.
 //   - Stop() returns after the running callback (if any) has finished.
 //
 // Example:
-//   RotationScheduler scheduler(clock, [&](const std::string& id) { node.RotateNow(id); });
+//   RotationScheduler scheduler(clock, [&](const std::vector<std::string>& ids) {
+//     node.RotateDue(ids);
+//   });
 //   scheduler.Schedule("csi-abc", next_rotation_unix);
 //   scheduler.Start();
 #include <condition_variable>
@@ -23,6 +27,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "wisp/status/clock.hpp"
 
@@ -30,9 +35,9 @@ namespace wisp::gateway::csi {
 
 class RotationScheduler {
  public:
-  using Callback = std::function<void(const std::string& volume_id)>;
+  using Callback = std::function<void(const std::vector<std::string>& volume_ids)>;
 
-  RotationScheduler(const Clock& clock, Callback callback);
+  RotationScheduler(const Clock& clock, Callback callback, size_t max_batch = 64);
   ~RotationScheduler();
   RotationScheduler(const RotationScheduler&) = delete;
   RotationScheduler& operator=(const RotationScheduler&) = delete;
@@ -42,17 +47,18 @@ class RotationScheduler {
   std::optional<int64_t> DueUnix(const std::string& volume_id) const;
   size_t size() const;
 
-  // Runs the callback of every volume due now; returns how many ran.
+  // Runs the callback for every volume due now; returns how many volumes it was given.
   int RunDue();
 
   void Start();
   void Stop();
 
  private:
-  std::optional<std::string> PopDue();
+  std::vector<std::string> PopDue();
 
   const Clock& clock_;
   Callback callback_;
+  const size_t max_batch_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, int64_t> due_;               // volume -> due unix second

@@ -1,9 +1,12 @@
 #pragma once
 // TokenIssuer: where a token volume's `wisp` tokens come from. BusTokenIssuer asks wisp-token on
-// subjects::kTokenIssue (IssueRequest -> IssueResponse); tests inject a fake.
+// subjects::kTokenIssue (IssueRequest -> IssueResponse), and several at once on
+// subjects::kTokenIssueBatch; tests inject a fake.
 //
 // Contract: Issue() returns the token with its issue and expiry times, or the bus/service error
 // unchanged (Unavailable when wisp-token does not answer, InvalidArgument when it refuses).
+// IssueBatch() returns one result per spec, in order: each entry's token or its own refusal; a
+// call that fails as a whole (no responder, timeout) is every entry's result.
 //
 // Example:
 //   BusTokenIssuer issuer(bus, std::chrono::seconds(5));
@@ -11,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "wisp/bus/bus.hpp"
 #include "wisp/status/status.hpp"
@@ -24,6 +28,13 @@ struct IssuedToken {
   int64_t expires_unix = 0;
 };
 
+struct IssueSpec {
+  v1::Subject subject;
+  std::string audience;
+  int64_t expiration_seconds = 0;
+  std::string pod_proof;
+};
+
 class TokenIssuer {
  public:
   virtual ~TokenIssuer() = default;
@@ -32,6 +43,8 @@ class TokenIssuer {
   virtual absl::StatusOr<IssuedToken> Issue(const v1::Subject& subject, const std::string& audience,
                                             int64_t expiration_seconds,
                                             const std::string& pod_proof) = 0;
+  // One after the other through Issue(), unless the issuer can do better.
+  virtual std::vector<absl::StatusOr<IssuedToken>> IssueBatch(const std::vector<IssueSpec>& specs);
 };
 
 class BusTokenIssuer final : public TokenIssuer {
@@ -41,6 +54,9 @@ class BusTokenIssuer final : public TokenIssuer {
   absl::StatusOr<IssuedToken> Issue(const v1::Subject& subject, const std::string& audience,
                                     int64_t expiration_seconds,
                                     const std::string& pod_proof) override;
+  // kMaxBatch entries per wisp.v1.token.issue_batch request (wisp-token takes up to 256).
+  std::vector<absl::StatusOr<IssuedToken>> IssueBatch(const std::vector<IssueSpec>& specs) override;
+  static constexpr size_t kMaxBatch = 64;
 
  private:
   bus::Requester& requester_;

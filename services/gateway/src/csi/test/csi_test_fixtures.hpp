@@ -10,6 +10,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -41,20 +42,31 @@ inline std::string ReadFile(const std::string& path) {
 class FakeTokenService {
  public:
   FakeTokenService(bus::testing::InMemoryBus& bus, const Clock& clock) : clock_(clock) {
-    sub_ = *bus.Serve(
-        bus::subjects::kTokenIssue, bus::queues::kToken,
-        [this](const bus::Request& r) -> bus::Reply {
-          auto req = bus::ParseBody<v1::IssueRequest>(r);
-          if (!req.ok()) return bus::Reply::Error(req.status());
-          std::lock_guard lock(mu_);
-          last_ = *req;
-          v1::IssueResponse resp;
-          resp.set_token("tok-" + std::to_string(++issued_));
-          resp.set_issued_at_unix(clock_.NowUnixSeconds());
-          resp.set_expiration_unix(clock_.NowUnixSeconds() +
-                                   (req->expiration_seconds() ? req->expiration_seconds() : 3600));
-          return bus::ProtoReply(resp);
-        });
+    subs_.push_back(*bus.Serve(bus::subjects::kTokenIssue, bus::queues::kToken,
+                               [this](const bus::Request& r) -> bus::Reply {
+                                 auto req = bus::ParseBody<v1::IssueRequest>(r);
+                                 if (!req.ok()) return bus::Reply::Error(req.status());
+                                 std::lock_guard lock(mu_);
+                                 return bus::ProtoReply(IssueLocked(*req));
+                               }));
+    subs_.push_back(*bus.Serve(bus::subjects::kTokenIssueBatch, bus::queues::kToken,
+                               [this](const bus::Request& r) -> bus::Reply {
+                                 auto req = bus::ParseBody<v1::IssueBatchRequest>(r);
+                                 if (!req.ok()) return bus::Reply::Error(req.status());
+                                 std::lock_guard lock(mu_);
+                                 batch_sizes_.push_back(req->requests_size());
+                                 v1::IssueBatchResponse resp;
+                                 for (const auto& entry : req->requests()) {
+                                   auto* result = resp.add_results();
+                                   if (entry.subject().service_account() == refuse_) {
+                                     result->set_code(7);
+                                     result->set_message("refused by the fake");
+                                   } else {
+                                     *result->mutable_token() = IssueLocked(entry);
+                                   }
+                                 }
+                                 return bus::ProtoReply(resp);
+                               }));
   }
   int issued() const {
     std::lock_guard lock(mu_);
@@ -64,13 +76,35 @@ class FakeTokenService {
     std::lock_guard lock(mu_);
     return last_;
   }
+  // The number of entries of each wisp.v1.token.issue_batch received, in order.
+  std::vector<int> batch_sizes() const {
+    std::lock_guard lock(mu_);
+    return batch_sizes_;
+  }
+  // Batch entries for this service account are refused (code 7) instead of issued.
+  void RefuseInBatches(std::string service_account) {
+    std::lock_guard lock(mu_);
+    refuse_ = std::move(service_account);
+  }
 
  private:
+  v1::IssueResponse IssueLocked(const v1::IssueRequest& req) {
+    last_ = req;
+    v1::IssueResponse resp;
+    resp.set_token("tok-" + std::to_string(++issued_));
+    resp.set_issued_at_unix(clock_.NowUnixSeconds());
+    resp.set_expiration_unix(clock_.NowUnixSeconds() +
+                             (req.expiration_seconds() ? req.expiration_seconds() : 3600));
+    return resp;
+  }
+
   const Clock& clock_;
   mutable std::mutex mu_;
   int issued_ = 0;
   v1::IssueRequest last_;
-  bus::SubscriptionPtr sub_;
+  std::vector<int> batch_sizes_;
+  std::string refuse_;
+  std::vector<bus::SubscriptionPtr> subs_;
 };
 
 // wisp-populator on the bus: volumes kept in a map, ready at once unless told otherwise.

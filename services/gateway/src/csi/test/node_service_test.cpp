@@ -141,6 +141,62 @@ TEST_F(NodeServiceTest, FailedRotationKeepsTokenAndRetries) {
   EXPECT_EQ(ReadFile(target + "/token"), "tok-2");
 }
 
+// Tests that volumes due together are rotated with one issue_batch request; an entry wisp-token
+// refuses keeps its token and retries alone, and a batch the bus cannot deliver fails every entry
+// the same way, keeping every token.
+TEST_F(NodeServiceTest, RotatesDueVolumesInOneBatch) {
+  for (int i = 1; i <= 3; ++i) {
+    auto req = TokenPublish("csi-" + std::to_string(i), Target("t" + std::to_string(i)));
+    (*req.mutable_volume_context())[kServiceAccountNameKey] = "app-" + std::to_string(i);
+    ASSERT_TRUE(node_->Publish(req).ok());
+  }
+  ASSERT_EQ(token_service_.issued(), 3);
+  // Due at the same time, whatever their jitter.
+  for (int i = 1; i <= 3; ++i) {
+    node_->scheduler().Schedule("csi-" + std::to_string(i), clock_.NowUnixSeconds() + 700);
+  }
+  clock_.Advance(std::chrono::seconds(700));
+  EXPECT_EQ(node_->scheduler().RunDue(), 3);
+  EXPECT_EQ(token_service_.batch_sizes(), (std::vector<int>{3}));
+  for (int i = 1; i <= 3; ++i) {
+    const std::string id = "csi-" + std::to_string(i);
+    EXPECT_EQ(ReadFile(Target("t" + std::to_string(i)) + "/token").rfind("tok-", 0), 0u);
+    EXPECT_NE(ReadFile(Target("t" + std::to_string(i)) + "/token"), "tok-" + std::to_string(i));
+    EXPECT_EQ(store_->Get(id)->rotations(), 1);
+    EXPECT_GT(*node_->scheduler().DueUnix(id), clock_.NowUnixSeconds() + 700);
+  }
+  EXPECT_EQ(metrics_.rotations_ok.Value(), 3);
+
+  // The bus fails the batch: every volume keeps its token and retries soon.
+  const std::string before = ReadFile(Target("t2") + "/token");
+  for (int i = 1; i <= 3; ++i) {
+    node_->scheduler().Schedule("csi-" + std::to_string(i), clock_.NowUnixSeconds() + 10);
+  }
+  bus_.FailSubject(bus::subjects::kTokenIssueBatch, absl::UnavailableError("wisp-token down"));
+  clock_.Advance(std::chrono::seconds(10));
+  EXPECT_EQ(node_->scheduler().RunDue(), 3);
+  EXPECT_EQ(ReadFile(Target("t2") + "/token"), before);
+  EXPECT_EQ(metrics_.rotations_error.Value(), 3);
+  for (int i = 1; i <= 3; ++i) {
+    EXPECT_LE(*node_->scheduler().DueUnix("csi-" + std::to_string(i)),
+              clock_.NowUnixSeconds() + 30);
+  }
+  bus_.ClearFaults();
+
+  // wisp-token refuses one entry: the others rotate, that one keeps its token.
+  token_service_.RefuseInBatches("app-2");
+  for (int i = 1; i <= 3; ++i) {
+    node_->scheduler().Schedule("csi-" + std::to_string(i), clock_.NowUnixSeconds());
+  }
+  EXPECT_EQ(node_->scheduler().RunDue(), 3);
+  EXPECT_EQ(token_service_.batch_sizes(), (std::vector<int>{3, 3}));
+  EXPECT_EQ(store_->Get("csi-1")->rotations(), 2);
+  EXPECT_EQ(store_->Get("csi-2")->rotations(), 1);
+  EXPECT_EQ(store_->Get("csi-3")->rotations(), 2);
+  EXPECT_EQ(ReadFile(Target("t2") + "/token"), before);
+  EXPECT_EQ(metrics_.rotations_error.Value(), 4);
+}
+
 // Tests that a republish refreshes contents only: no new mount, no new token before it is due.
 TEST_F(NodeServiceTest, RepublishIsIdempotent) {
   const std::string target = Target("t1");

@@ -13,7 +13,11 @@ namespace {
 TEST(RotationSchedulerTest, RunsDueVolumesInOrder) {
   FakeClock clock;
   std::vector<std::string> ran;
-  RotationScheduler scheduler(clock, [&](const std::string& id) { ran.push_back(id); });
+  std::vector<size_t> calls;
+  RotationScheduler scheduler(clock, [&](const std::vector<std::string>& ids) {
+    calls.push_back(ids.size());
+    ran.insert(ran.end(), ids.begin(), ids.end());
+  });
   const int64_t now = clock.NowUnixSeconds();
   scheduler.Schedule("b", now + 20);
   scheduler.Schedule("a", now + 10);
@@ -22,6 +26,7 @@ TEST(RotationSchedulerTest, RunsDueVolumesInOrder) {
   clock.Advance(std::chrono::seconds(20));
   EXPECT_EQ(scheduler.RunDue(), 2);
   EXPECT_EQ(ran, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(calls, (std::vector<size_t>{2})) << "due together, handed over together";
   EXPECT_EQ(scheduler.size(), 1u);
   EXPECT_EQ(*scheduler.DueUnix("c"), now + 30);
 }
@@ -30,7 +35,7 @@ TEST(RotationSchedulerTest, RunsDueVolumesInOrder) {
 TEST(RotationSchedulerTest, RescheduleAndCancel) {
   FakeClock clock;
   int runs = 0;
-  RotationScheduler scheduler(clock, [&](const std::string&) { ++runs; });
+  RotationScheduler scheduler(clock, [&](const std::vector<std::string>&) { ++runs; });
   const int64_t now = clock.NowUnixSeconds();
   scheduler.Schedule("a", now + 5);
   scheduler.Schedule("a", now + 50);
@@ -48,15 +53,29 @@ TEST(RotationSchedulerTest, CallbackMayReschedule) {
   FakeClock clock;
   RotationScheduler* self = nullptr;
   int runs = 0;
-  RotationScheduler scheduler(clock, [&](const std::string& id) {
+  RotationScheduler scheduler(clock, [&](const std::vector<std::string>& ids) {
     ++runs;
-    self->Schedule(id, clock.NowUnixSeconds() + 60);
+    for (const auto& id : ids) self->Schedule(id, clock.NowUnixSeconds() + 60);
   });
   self = &scheduler;
   scheduler.Schedule("a", clock.NowUnixSeconds());
   EXPECT_EQ(scheduler.RunDue(), 1);
   EXPECT_EQ(runs, 1);
   EXPECT_EQ(*scheduler.DueUnix("a"), clock.NowUnixSeconds() + 60);
+}
+
+// Tests that more due volumes than max_batch arrive in several calls, earliest first.
+TEST(RotationSchedulerTest, SplitsDueVolumesIntoBatches) {
+  FakeClock clock;
+  std::vector<std::vector<std::string>> calls;
+  RotationScheduler scheduler(
+      clock, [&](const std::vector<std::string>& ids) { calls.push_back(ids); }, 2);
+  const int64_t now = clock.NowUnixSeconds();
+  for (const char* id : {"e", "d", "c", "b", "a"}) scheduler.Schedule(id, now + (*id - 'a'));
+  clock.Advance(std::chrono::seconds(10));
+  EXPECT_EQ(scheduler.RunDue(), 5);
+  EXPECT_EQ(calls, (std::vector<std::vector<std::string>>{{"a", "b"}, {"c", "d"}, {"e"}}));
+  EXPECT_EQ(scheduler.size(), 0u);
 }
 
 }  // namespace
