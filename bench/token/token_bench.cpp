@@ -88,13 +88,31 @@ struct Load {
   std::string first_error;
 };
 
-// The issue request both loads send: one subject and audience, the algorithm under test.
-std::string IssueBody(const std::string& alg) {
+// The issue request the loads send: one subject and audience, the algorithm under test.
+wisp::v1::IssueRequest IssueRequestFor(const std::string& alg) {
   wisp::v1::IssueRequest req;
   req.mutable_subject()->set_namespace_("bench");
   req.mutable_subject()->set_service_account("sa");
   req.add_audiences("bench");
   req.set_algorithm(alg);
+  return req;
+}
+
+std::string IssueBody(const std::string& alg) {
+  std::string body;
+  IssueRequestFor(alg).SerializeToString(&body);
+  return body;
+}
+
+// `batch` issue requests for different service accounts (sa-0, sa-1, ...) in one
+// wisp.v1.token.issue_batch body, as a node's gateway sends its due rotations.
+std::string IssueBatchBody(const std::string& alg, int batch) {
+  wisp::v1::IssueBatchRequest req;
+  for (int i = 0; i < batch; ++i) {
+    auto* r = req.add_requests();
+    *r = IssueRequestFor(alg);
+    r->mutable_subject()->set_service_account("sa-" + std::to_string(i));
+  }
   std::string body;
   req.SerializeToString(&body);
   return body;
@@ -107,12 +125,31 @@ struct Tally {
   std::mutex mu;
   std::string first_error;
 
-  void Record(const absl::Status& st) {
+  void Record(const absl::Status& st, uint64_t tokens = 1) {
     if (!counting) return;
-    (st.ok() ? ok : err)++;
+    (st.ok() ? ok : err) += tokens;
     if (!st.ok()) {
       std::lock_guard lock(mu);
       if (first_error.empty()) first_error = st.ToString();
+    }
+  }
+  // A batch reply: every entry is a token issued or refused.
+  void RecordBatch(const absl::StatusOr<wisp::bus::Message>& reply, int batch) {
+    if (!counting) return;
+    if (!reply.ok()) return Record(reply.status(), batch);
+    wisp::v1::IssueBatchResponse resp;
+    if (!resp.ParseFromString(reply->data)) {
+      return Record(absl::DataLossError("issue_batch reply does not parse"), batch);
+    }
+    if (resp.results_size() != batch) {
+      return Record(absl::DataLossError("issue_batch reply has " +
+                                        std::to_string(resp.results_size()) + " results"),
+                    batch);
+    }
+    for (const auto& r : resp.results()) {
+      Record(r.code() == 0 && !r.token().token().empty()
+                 ? absl::OkStatus()
+                 : absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()));
     }
   }
   // Warms up for 500 ms, counts for `length`, and returns the rate over the window.
@@ -149,20 +186,26 @@ Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds
 // The same load from one thread's worth of client: `clients` requests kept in flight with
 // RequestAsync, each reply's callback (on the reply subscription's delivery thread) sending the
 // next. It costs the shared cores much less than one blocked thread per request, so more of them
-// go to wisp-token.
-Load IssueLoadAsync(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length) {
-  const std::string body = IssueBody(alg);
+// go to wisp-token. With batch > 1 each request is a wisp.v1.token.issue_batch of that many.
+Load IssueLoadAsync(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length,
+                    int batch) {
+  const std::string body = batch > 1 ? IssueBatchBody(alg, batch) : IssueBody(alg);
+  const std::string_view subject =
+      batch > 1 ? wisp::bus::subjects::kTokenIssueBatch : wisp::bus::subjects::kTokenIssue;
   Tally tally;
   std::atomic<bool> stop{false};
   std::atomic<int> in_flight{0};
   std::function<void()> send = [&] {
     ++in_flight;
-    bus.RequestAsync(wisp::bus::subjects::kTokenIssue, body, seconds(5), {},
-                     [&](absl::StatusOr<wisp::bus::Message> r) {
-                       tally.Record(r.status());
-                       if (!stop) send();
-                       --in_flight;
-                     });
+    bus.RequestAsync(subject, body, seconds(5), {}, [&](absl::StatusOr<wisp::bus::Message> r) {
+      if (batch > 1) {
+        tally.RecordBatch(r, batch);
+      } else {
+        tally.Record(r.status());
+      }
+      if (!stop) send();
+      --in_flight;
+    });
   };
   for (int i = 0; i < clients; ++i) send();
   Load load = tally.Measure(length);
@@ -212,20 +255,25 @@ Load SidecarLoad(const std::string& socket, int clients, seconds length) {
 }  // namespace
 
 constexpr const char* kUsage =
-    "usage: token_bench [--seconds N] [--clients N] [--serve-threads N] [--algorithms LIST]\n"
-    "                   [--sync-clients] [--no-sidecar]\n"
+    "usage: token_bench [--seconds N] [--clients N] [--batch N] [--serve-threads N]\n"
+    "                   [--algorithms LIST] [--sync-clients] [--no-sidecar]\n"
     "  --seconds N        length of each measurement (default 3)\n"
     "  --clients N        requests in flight (default 32)\n"
+    "  --batch N          tokens per wisp.v1.token.issue_batch request in the batched rows\n"
+    "                     (default 32, at most 256; 1 measures one token per request only)\n"
     "  --serve-threads N  wisp-token --serve-threads (default: the number of cores)\n"
     "  --algorithms LIST  RS256,ES256 (default both)\n"
     "  --sync-clients     one thread per request in flight, each in a blocking Request (the\n"
     "                     default keeps them in flight with RequestAsync from one thread)\n"
     "  --no-sidecar       skip the sidecar answers/s measurement\n"
-    "Prints openssl speed sign/s (CPU time and -elapsed) next to wisp-token issue/s through the\n"
-    "bus (wall) and tokens per wisp-token CPU-second; goal: both ratios >= 0.70.\n";
+    "Prints openssl speed sign/s (CPU time and -elapsed) next to wisp-token's tokens/s through\n"
+    "the bus (wall) and tokens per wisp-token CPU-second, for each algorithm with one token per\n"
+    "wisp.v1.token.issue request and with --batch tokens per wisp.v1.token.issue_batch request;\n"
+    "goal: both ratios >= 0.70.\n";
 
 int main(int argc, char** argv) {
-  int secs = 3, clients = 32, serve_threads = static_cast<int>(std::thread::hardware_concurrency());
+  int secs = 3, clients = 32, batch = 32,
+      serve_threads = static_cast<int>(std::thread::hardware_concurrency());
   std::string algorithms = "RS256,ES256";
   bool sidecar_bench = true;
   bool sync_clients = false;
@@ -241,6 +289,9 @@ int main(int argc, char** argv) {
       secs = std::atoi(argv[++i]);
     } else if (has_value && a == "--clients") {
       clients = std::atoi(argv[++i]);
+    } else if (has_value && a == "--batch") {
+      batch = std::atoi(argv[++i]);
+      if (batch < 1 || batch > 256) return std::cerr << "token_bench: --batch: 1 to 256\n", 2;
     } else if (has_value && a == "--serve-threads") {
       serve_threads = std::atoi(argv[++i]);
     } else if (has_value && a == "--algorithms") {
@@ -307,46 +358,56 @@ int main(int argc, char** argv) {
       "%u cores\n",
       clients, sync_clients ? "a thread each" : "RequestAsync", serve_threads,
       std::thread::hardware_concurrency());
-  std::printf("%-6s %12s %12s %12s %8s %12s %10s %8s\n", "alg", "openssl/s", "wisp/s", "ratio",
+  std::printf("%-10s %12s %12s %8s %8s %12s %10s %8s\n", "alg", "openssl/s", "tokens/s", "ratio",
               "wisp-cpu", "wisp/cpu-s", "cpu-ratio", "errors");
-  std::printf("%-6s %12s %12s %12s %8s %12s %10s\n", "", "(-elapsed)", "(wall)", "(wall)", "(s)",
-              "", "(vs cpu)");
-  bool met = true, cpu_met = true;
-  struct OtherCpu {
-    const char* alg;
-    double nats;
-    double client;
+  std::printf("%-10s %12s %12s %8s %8s %12s %10s\n", "(x batch)", "(-elapsed)", "(wall)", "(wall)",
+              "(s)", "", "(vs cpu)");
+  struct Row {
+    std::string name;
+    int batch;
+    double ratio, cpu_ratio, nats, client;
   };
-  std::vector<OtherCpu> other_cpu;
+  std::vector<Row> rows;
   for (const auto& [alg, ref, ref_wall] :
        {std::tuple{"RS256", rsa_speed, rsa_elapsed}, std::tuple{"ES256", ec_speed, ec_elapsed}}) {
     if (algorithms.find(alg) == std::string::npos) continue;
-    const double cpu0 = CpuSeconds((*token)->pid());
-    const double nats_cpu0 = CpuSeconds((*nats)->process()->pid());
-    const double self_cpu0 = CpuSeconds(getpid());
-    const Load l = sync_clients ? IssueLoad(**bus, alg, clients, seconds(secs))
-                                : IssueLoadAsync(**bus, alg, clients, seconds(secs));
-    const double cpu = CpuSeconds((*token)->pid()) - cpu0;
-    other_cpu.push_back(
-        {alg, CpuSeconds((*nats)->process()->pid()) - nats_cpu0, CpuSeconds(getpid()) - self_cpu0});
-    const double ratio = ref_wall > 0 ? l.per_second / ref_wall : 0;
-    // Tokens per CPU-second of wisp-token, against openssl's signs per CPU-second (one core).
-    const double per_cpu = cpu > 0 ? l.per_second * secs / cpu : 0;
-    const double cpu_ratio = ref > 0 ? per_cpu / ref : 0;
-    met = met && ratio >= 0.7;
-    cpu_met = cpu_met && cpu_ratio >= 0.7;
-    std::printf("%-6s %12.1f %12.1f %12.2f %8.2f %12.1f %10.2f %8llu %s\n", alg, ref_wall,
-                l.per_second, ratio, cpu, per_cpu, cpu_ratio,
-                static_cast<unsigned long long>(l.errors), l.first_error.c_str());
+    for (const int b : batch > 1 ? std::vector<int>{1, batch} : std::vector<int>{1}) {
+      const std::string name = b > 1 ? std::string(alg) + " x" + std::to_string(b) : alg;
+      const double cpu0 = CpuSeconds((*token)->pid());
+      const double nats_cpu0 = CpuSeconds((*nats)->process()->pid());
+      const double self_cpu0 = CpuSeconds(getpid());
+      const Load l = sync_clients && b == 1 ? IssueLoad(**bus, alg, clients, seconds(secs))
+                                            : IssueLoadAsync(**bus, alg, clients, seconds(secs), b);
+      const double cpu = CpuSeconds((*token)->pid()) - cpu0;
+      const double ratio = ref_wall > 0 ? l.per_second / ref_wall : 0;
+      // Tokens per CPU-second of wisp-token, against openssl's signs per CPU-second (one core).
+      const double per_cpu = cpu > 0 ? l.per_second * secs / cpu : 0;
+      const double cpu_ratio = ref > 0 ? per_cpu / ref : 0;
+      rows.push_back({name, b, ratio, cpu_ratio, CpuSeconds((*nats)->process()->pid()) - nats_cpu0,
+                      CpuSeconds(getpid()) - self_cpu0});
+      std::printf("%-10s %12.1f %12.1f %8.2f %8.2f %12.1f %10.2f %8llu %s\n", name.c_str(),
+                  ref_wall, l.per_second, ratio, cpu, per_cpu, cpu_ratio,
+                  static_cast<unsigned long long>(l.errors), l.first_error.c_str());
+    }
   }
-  for (const auto& o : other_cpu) {
-    std::printf("%-6s CPU seconds of the others over the run: nats-server %.2f, this client %.2f\n",
-                o.alg, o.nats, o.client);
+  for (const auto& r : rows) {
+    std::printf(
+        "%-10s CPU seconds of the others over the run: nats-server %.2f, this client %.2f\n",
+        r.name.c_str(), r.nats, r.client);
   }
   std::printf("openssl single-core sign/s by CPU time: RS256 %.1f, ES256 %.1f\n", rsa_speed,
               ec_speed);
-  std::printf("goal (wall ratio >= 0.70): %s; (cpu ratio >= 0.70): %s\n", met ? "met" : "NOT met",
-              cpu_met ? "met" : "NOT met");
+  for (const int b : batch > 1 ? std::vector<int>{1, batch} : std::vector<int>{1}) {
+    bool met = true, cpu_met = true;
+    for (const auto& r : rows) {
+      if (r.batch != b) continue;
+      met = met && r.ratio >= 0.7;
+      cpu_met = cpu_met && r.cpu_ratio >= 0.7;
+    }
+    std::printf("goal with %s: wall ratio >= 0.70 %s; cpu ratio >= 0.70 %s\n",
+                b == 1 ? "one token per request" : ("batches of " + std::to_string(b)).c_str(),
+                met ? "met" : "NOT met", cpu_met ? "met" : "NOT met");
+  }
   std::cout << "load after the run:" << Run("uptime");
   if (!sidecar_bench) return 0;
 
