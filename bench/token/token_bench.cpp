@@ -86,6 +86,18 @@ struct Load {
   double per_second = 0;
   uint64_t errors = 0;
   std::string first_error;
+  std::vector<double> cpu;  // CPU seconds of each probed process inside the measuring window
+};
+
+// The processes whose CPU a load measures, sampled when its window opens and closes, so warm-up
+// and drain count neither in the tokens nor in the CPU seconds.
+struct CpuProbe {
+  std::vector<pid_t> pids;
+  std::vector<double> Sample() const {
+    std::vector<double> out;
+    for (pid_t p : pids) out.push_back(CpuSeconds(p));
+    return out;
+  }
 };
 
 // The issue request the loads send: one subject and audience, the algorithm under test.
@@ -153,19 +165,23 @@ struct Tally {
     }
   }
   // Warms up for 500 ms, counts for `length`, and returns the rate over the window.
-  Load Measure(seconds length) {
+  Load Measure(seconds length, const CpuProbe& probe) {
     std::this_thread::sleep_for(milliseconds(500));
+    const std::vector<double> cpu0 = probe.Sample();
     counting = true;
     const auto start = steady_clock::now();
     std::this_thread::sleep_for(length);
     counting = false;
     const double secs = duration<double>(steady_clock::now() - start).count();
+    std::vector<double> cpu = probe.Sample();
+    for (size_t i = 0; i < cpu.size(); ++i) cpu[i] -= cpu0[i];
     std::lock_guard lock(mu);
-    return {static_cast<double>(ok) / secs, err, first_error};
+    return {static_cast<double>(ok) / secs, err, first_error, std::move(cpu)};
   }
 };
 
-Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length) {
+Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length,
+               const CpuProbe& probe) {
   const std::string body = IssueBody(alg);
   Tally tally;
   std::atomic<bool> stop{false};
@@ -177,7 +193,7 @@ Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds
       }
     });
   }
-  Load load = tally.Measure(length);
+  Load load = tally.Measure(length, probe);
   stop = true;
   for (auto& t : threads) t.join();
   return load;
@@ -188,7 +204,7 @@ Load IssueLoad(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds
 // next. It costs the shared cores much less than one blocked thread per request, so more of them
 // go to wisp-token. With batch > 1 each request is a wisp.v1.token.issue_batch of that many.
 Load IssueLoadAsync(wisp::bus::Bus& bus, const std::string& alg, int clients, seconds length,
-                    int batch) {
+                    int batch, const CpuProbe& probe) {
   const std::string body = batch > 1 ? IssueBatchBody(alg, batch) : IssueBody(alg);
   const std::string_view subject =
       batch > 1 ? wisp::bus::subjects::kTokenIssueBatch : wisp::bus::subjects::kTokenIssue;
@@ -208,7 +224,7 @@ Load IssueLoadAsync(wisp::bus::Bus& bus, const std::string& alg, int clients, se
     });
   };
   for (int i = 0; i < clients; ++i) send();
-  Load load = tally.Measure(length);
+  Load load = tally.Measure(length, probe);
   stop = true;
   while (in_flight > 0) std::this_thread::sleep_for(milliseconds(10));
   return load;
@@ -269,7 +285,8 @@ constexpr const char* kUsage =
     "Prints openssl speed sign/s (CPU time and -elapsed) next to wisp-token's tokens/s through\n"
     "the bus (wall) and tokens per wisp-token CPU-second, for each algorithm with one token per\n"
     "wisp.v1.token.issue request and with --batch tokens per wisp.v1.token.issue_batch request;\n"
-    "goal: both ratios >= 0.70.\n";
+    "goal (issue #4): the wall ratio >= 0.70; the cpu ratio shows wisp-token's own overhead.\n"
+    "CPU seconds are sampled when the measuring window opens and closes.\n";
 
 int main(int argc, char** argv) {
   int secs = 3, clients = 32, batch = 32,
@@ -373,18 +390,16 @@ int main(int argc, char** argv) {
     if (algorithms.find(alg) == std::string::npos) continue;
     for (const int b : batch > 1 ? std::vector<int>{1, batch} : std::vector<int>{1}) {
       const std::string name = b > 1 ? std::string(alg) + " x" + std::to_string(b) : alg;
-      const double cpu0 = CpuSeconds((*token)->pid());
-      const double nats_cpu0 = CpuSeconds((*nats)->process()->pid());
-      const double self_cpu0 = CpuSeconds(getpid());
-      const Load l = sync_clients && b == 1 ? IssueLoad(**bus, alg, clients, seconds(secs))
-                                            : IssueLoadAsync(**bus, alg, clients, seconds(secs), b);
-      const double cpu = CpuSeconds((*token)->pid()) - cpu0;
+      const CpuProbe probe{{(*token)->pid(), (*nats)->process()->pid(), getpid()}};
+      const Load l = sync_clients && b == 1
+                         ? IssueLoad(**bus, alg, clients, seconds(secs), probe)
+                         : IssueLoadAsync(**bus, alg, clients, seconds(secs), b, probe);
+      const double cpu = l.cpu[0];
       const double ratio = ref_wall > 0 ? l.per_second / ref_wall : 0;
       // Tokens per CPU-second of wisp-token, against openssl's signs per CPU-second (one core).
       const double per_cpu = cpu > 0 ? l.per_second * secs / cpu : 0;
       const double cpu_ratio = ref > 0 ? per_cpu / ref : 0;
-      rows.push_back({name, b, ratio, cpu_ratio, CpuSeconds((*nats)->process()->pid()) - nats_cpu0,
-                      CpuSeconds(getpid()) - self_cpu0});
+      rows.push_back({name, b, ratio, cpu_ratio, l.cpu[1], l.cpu[2]});
       std::printf("%-10s %12.1f %12.1f %8.2f %8.2f %12.1f %10.2f %8llu %s\n", name.c_str(),
                   ref_wall, l.per_second, ratio, cpu, per_cpu, cpu_ratio,
                   static_cast<unsigned long long>(l.errors), l.first_error.c_str());
@@ -392,7 +407,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& r : rows) {
     std::printf(
-        "%-10s CPU seconds of the others over the run: nats-server %.2f, this client %.2f\n",
+        "%-10s CPU seconds of the others in the window: nats-server %.2f, this client %.2f\n",
         r.name.c_str(), r.nats, r.client);
   }
   std::printf("openssl single-core sign/s by CPU time: RS256 %.1f, ES256 %.1f\n", rsa_speed,
@@ -404,9 +419,9 @@ int main(int argc, char** argv) {
       met = met && r.ratio >= 0.7;
       cpu_met = cpu_met && r.cpu_ratio >= 0.7;
     }
-    std::printf("goal with %s: wall ratio >= 0.70 %s; cpu ratio >= 0.70 %s\n",
+    std::printf("goal (wall ratio >= 0.70) with %s: %s; cpu ratio >= 0.70: %s\n",
                 b == 1 ? "one token per request" : ("batches of " + std::to_string(b)).c_str(),
-                met ? "met" : "NOT met", cpu_met ? "met" : "NOT met");
+                met ? "met" : "NOT met", cpu_met ? "yes" : "no");
   }
   std::cout << "load after the run:" << Run("uptime");
   if (!sidecar_bench) return 0;
