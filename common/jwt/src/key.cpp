@@ -1,9 +1,11 @@
 #include "wisp/jwt/key.hpp"
 
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include <openssl/core_names.h>
+#include <openssl/evp.h>
 #include <openssl/ec.h>
 #include <openssl/param_build.h>
 #include <openssl/pem.h>
@@ -29,9 +31,23 @@ struct BioFree {
 };
 using BioPtr = std::unique_ptr<BIO, BioFree>;
 
+// OpenSSL 3's one-shot SHA256() fetches the implementation from the provider store on every
+// call (a read lock, name comparisons, reference counts: about as long as hashing a token's
+// signing input). The digest is fetched once and each thread reuses one context.
 std::string Sha256(std::string_view data) {
+  static EVP_MD* const kSha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  struct CtxFree {
+    void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+  };
+  thread_local std::unique_ptr<EVP_MD_CTX, CtxFree> ctx(EVP_MD_CTX_new());
   unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+  unsigned int len = 0;
+  if (kSha256 == nullptr || !ctx || EVP_DigestInit_ex2(ctx.get(), kSha256, nullptr) != 1 ||
+      EVP_DigestUpdate(ctx.get(), data.data(), data.size()) != 1 ||
+      EVP_DigestFinal_ex(ctx.get(), md, &len) != 1) {
+    // Not expected once the provider loaded; the one-shot path is always there.
+    SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+  }
   return std::string(reinterpret_cast<char*>(md), sizeof(md));
 }
 
