@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <functional>
 #include <random>
-#include <set>
 
 #include "csi/grpc_call.hpp"
 #include "csi/strip_secrets.hpp"
@@ -89,12 +88,8 @@ NodeService::NodeService(NodeOptions options, bus::Requester& requester, TokenIs
 
 NodeService::~NodeService() { scheduler_.Stop(); }
 
-size_t NodeService::VolumeStripe(const std::string& volume_id) const {
-  return std::hash<std::string>{}(volume_id) % volume_locks_.size();
-}
-
 std::mutex& NodeService::VolumeLock(const std::string& volume_id) {
-  return volume_locks_[VolumeStripe(volume_id)];
+  return volume_locks_[std::hash<std::string>{}(volume_id) % volume_locks_.size()];
 }
 
 size_t NodeService::token_volume_count() const {
@@ -470,14 +465,9 @@ void NodeService::RotateDue(const std::vector<std::string>& volume_ids) {
     RotateNow(volume_ids[0]).IgnoreError();
     return;
   }
-  // Every stripe the batch touches, in ascending order; Publish and Unpublish take one stripe at
-  // a time, so this cannot deadlock with them.
-  std::set<size_t> stripes;
-  for (const auto& id : volume_ids) stripes.insert(VolumeStripe(id));
-  std::vector<std::unique_lock<std::mutex>> locks;
-  locks.reserve(stripes.size());
-  for (size_t stripe : stripes) locks.emplace_back(volume_locks_[stripe]);
-
+  // No volume lock is held over the bus call: Publish and Unpublish of these volumes (and of
+  // every volume sharing their lock stripes) go on meanwhile, and FinishRotation checks under the
+  // volume's lock that it is still the volume the token was asked for.
   std::vector<Rotation> due;
   for (const auto& id : volume_ids) {
     auto r = PrepareRotation(id);
@@ -492,7 +482,9 @@ void NodeService::RotateDue(const std::vector<std::string>& volume_ids) {
   }
   auto tokens = issuer_.IssueBatch(specs);
   for (size_t i = 0; i < due.size(); ++i) {
-    log::ScopedRequestId rid(due[i].projection.volume_id());
+    const std::string& id = due[i].projection.volume_id();
+    std::lock_guard volume_lock(VolumeLock(id));
+    log::ScopedRequestId rid(id);
     FinishRotation(due[i], i < tokens.size() ? std::move(tokens[i])
                                              : absl::InternalError("issuer answered too few"))
         .IgnoreError();
@@ -519,9 +511,24 @@ absl::Status NodeService::RotateLocked(const std::string& volume_id) {
                         issuer_.Issue(p.subject(), p.audience(), p.expiration_seconds(), r.proof));
 }
 
-absl::Status NodeService::FinishRotation(Rotation& r, absl::StatusOr<IssuedToken> token) {
-  v1::TokenProjection& projection = r.projection;
-  const std::string& volume_id = projection.volume_id();
+absl::Status NodeService::FinishRotation(const Rotation& asked, absl::StatusOr<IssuedToken> token) {
+  const std::string& volume_id = asked.projection.volume_id();
+  v1::TokenProjection projection;
+  {
+    // Unpublished, or published again for another pod or target, since the token was asked
+    // for: that token is not this volume's any more, and the new publish scheduled its own.
+    std::lock_guard lock(mu_);
+    auto it = tokens_.find(volume_id);
+    if (it == tokens_.end() || it->second.target_path() != asked.projection.target_path() ||
+        it->second.subject().SerializeAsString() !=
+            asked.projection.subject().SerializeAsString()) {
+      SPDLOG_LOGGER_INFO(logger_,
+                         "dropping the new token of {}: unpublished or published again meanwhile",
+                         volume_id);
+      return absl::AbortedError("token volume " + volume_id + " changed during its rotation");
+    }
+    projection = it->second;
+  }
   auto fail = [&](const absl::Status& st) {
     metrics_.rotations_error.Increment();
     const int64_t now = clock_.NowUnixSeconds();

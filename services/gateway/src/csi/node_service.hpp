@@ -121,20 +121,20 @@ class NodeService final : public ::csi::v1::Node::Service {
     bool read_only = false;
   };
 
-  // What a rotation needs, read under mu_ with the volume's lock held.
+  // What a rotation needs, read under mu_.
   struct Rotation {
     v1::TokenProjection projection;
     std::string proof;  // "" after a gateway restart until the kubelet's next republish
     bool from_wisp = false;
   };
 
-  size_t VolumeStripe(const std::string& volume_id) const;
   std::mutex& VolumeLock(const std::string& volume_id);
-  absl::Status RotateLocked(const std::string& volume_id);                 // volume lock held
-  absl::StatusOr<Rotation> PrepareRotation(const std::string& volume_id);  // volume lock held
+  absl::Status RotateLocked(const std::string& volume_id);  // volume lock held
+  absl::StatusOr<Rotation> PrepareRotation(const std::string& volume_id);
   // Writes the new token and schedules the next rotation, or keeps the current token and
-  // schedules a retry. Volume lock held.
-  absl::Status FinishRotation(Rotation& rotation, absl::StatusOr<IssuedToken> token);
+  // schedules a retry; Aborted (nothing written) when the volume was unpublished or published
+  // again differently since `asked` was read. Volume lock held.
+  absl::Status FinishRotation(const Rotation& asked, absl::StatusOr<IssuedToken> token);
   absl::Status PublishToken(const ::csi::v1::NodePublishVolumeRequest& request);
   // A bind mount of `volume_id` at `path` this process does not remember (made before a restart):
   // recorded and true when `path` is a mount point under the target roots showing the volume's

@@ -6,10 +6,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -53,6 +55,12 @@ class FakeTokenService {
                                [this](const bus::Request& r) -> bus::Reply {
                                  auto req = bus::ParseBody<v1::IssueBatchRequest>(r);
                                  if (!req.ok()) return bus::Reply::Error(req.status());
+                                 std::function<void()> hook;
+                                 {
+                                   std::lock_guard lock(mu_);
+                                   hook = std::exchange(on_batch_, nullptr);
+                                 }
+                                 if (hook) hook();
                                  std::lock_guard lock(mu_);
                                  batch_sizes_.push_back(req->requests_size());
                                  v1::IssueBatchResponse resp;
@@ -81,6 +89,11 @@ class FakeTokenService {
     std::lock_guard lock(mu_);
     return batch_sizes_;
   }
+  // Runs once, inside the next issue_batch call, before it answers (the caller is waiting).
+  void OnNextBatch(std::function<void()> hook) {
+    std::lock_guard lock(mu_);
+    on_batch_ = std::move(hook);
+  }
   // Batch entries for this service account are refused (code 7) instead of issued.
   void RefuseInBatches(std::string service_account) {
     std::lock_guard lock(mu_);
@@ -104,6 +117,7 @@ class FakeTokenService {
   v1::IssueRequest last_;
   std::vector<int> batch_sizes_;
   std::string refuse_;
+  std::function<void()> on_batch_;
   std::vector<bus::SubscriptionPtr> subs_;
 };
 

@@ -197,6 +197,32 @@ TEST_F(NodeServiceTest, RotatesDueVolumesInOneBatch) {
   EXPECT_EQ(metrics_.rotations_error.Value(), 4);
 }
 
+// Tests that a volume unpublished while its batched rotation is on the bus gets nothing: no
+// token written, no target recreated, no record, no new schedule; the others rotate.
+TEST_F(NodeServiceTest, BatchedRotationDropsAVolumeUnpublishedMeanwhile) {
+  for (int i = 1; i <= 2; ++i) {
+    auto req = TokenPublish("csi-" + std::to_string(i), Target("t" + std::to_string(i)));
+    (*req.mutable_volume_context())[kServiceAccountNameKey] = "app-" + std::to_string(i);
+    ASSERT_TRUE(node_->Publish(req).ok());
+    node_->scheduler().Schedule("csi-" + std::to_string(i), clock_.NowUnixSeconds() + 700);
+  }
+  token_service_.OnNextBatch([&] {
+    ::csi::v1::NodeUnpublishVolumeRequest req;
+    req.set_volume_id("csi-2");
+    req.set_target_path(Target("t2"));
+    ASSERT_TRUE(node_->Unpublish(req).ok()) << "no volume lock is held over the bus call";
+  });
+  clock_.Advance(std::chrono::seconds(700));
+  EXPECT_EQ(node_->scheduler().RunDue(), 2);
+  EXPECT_EQ(token_service_.batch_sizes(), (std::vector<int>{2}));
+  EXPECT_EQ(store_->Get("csi-1")->rotations(), 1);
+  EXPECT_FALSE(fs::exists(Target("t2")));
+  EXPECT_EQ(store_->Get("csi-2").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(node_->scheduler().DueUnix("csi-2").has_value());
+  EXPECT_EQ(metrics_.rotations_ok.Value(), 1);
+  EXPECT_EQ(metrics_.rotations_error.Value(), 0);
+}
+
 // Tests that a republish refreshes contents only: no new mount, no new token before it is due.
 TEST_F(NodeServiceTest, RepublishIsIdempotent) {
   const std::string target = Target("t1");
