@@ -520,6 +520,7 @@ absl::Status NodeService::FinishRotation(const Rotation& asked, absl::StatusOr<I
     std::lock_guard lock(mu_);
     auto it = tokens_.find(volume_id);
     if (it == tokens_.end() || it->second.target_path() != asked.projection.target_path() ||
+        it->second.token_source() != asked.projection.token_source() ||
         it->second.subject().SerializeAsString() !=
             asked.projection.subject().SerializeAsString()) {
       SPDLOG_LOGGER_INFO(logger_,

@@ -1,5 +1,7 @@
 #include "csi/token_issuer.hpp"
 
+#include <algorithm>
+
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/v1/token.pb.h"
