@@ -87,6 +87,7 @@ struct Load {
   uint64_t errors = 0;
   std::string first_error;
   std::vector<double> cpu;  // CPU seconds of each probed process inside the measuring window
+  uint64_t tokens = 0;      // issued inside the same window
 };
 
 // The processes whose CPU a load measures, sampled when its window opens and closes, so warm-up
@@ -176,7 +177,7 @@ struct Tally {
     std::vector<double> cpu = probe.Sample();
     for (size_t i = 0; i < cpu.size(); ++i) cpu[i] -= cpu0[i];
     std::lock_guard lock(mu);
-    return {static_cast<double>(ok) / secs, err, first_error, std::move(cpu)};
+    return {static_cast<double>(ok) / secs, err, first_error, std::move(cpu), ok};
   }
 };
 
@@ -397,7 +398,7 @@ int main(int argc, char** argv) {
       const double cpu = l.cpu[0];
       const double ratio = ref_wall > 0 ? l.per_second / ref_wall : 0;
       // Tokens per CPU-second of wisp-token, against openssl's signs per CPU-second (one core).
-      const double per_cpu = cpu > 0 ? l.per_second * secs / cpu : 0;
+      const double per_cpu = cpu > 0 ? static_cast<double>(l.tokens) / cpu : 0;
       const double cpu_ratio = ref > 0 ? per_cpu / ref : 0;
       rows.push_back({name, b, ratio, cpu_ratio, l.cpu[1], l.cpu[2]});
       std::printf("%-10s %12.1f %12.1f %8.2f %8.2f %12.1f %10.2f %8llu %s\n", name.c_str(),
