@@ -161,11 +161,77 @@ std::string RandomId() {
 
 // ---- Subscriptions ----
 
+// Frees subscriptions only once nats.c's reader thread can no longer be holding them.
+//
+// nats.c 3.4's reader looks a message's subscription up in the connection's table and lets go of
+// the table's lock before it locks the subscription, without taking a reference. Unsubscribe +
+// Destroy right away frees a subscription the reader may be about to touch: a reply arriving
+// just as RequestMany stops listening was enough (a use-after-free seen as a rare crash). After
+// the unsubscribe, a flush (PING/PONG) proves the reader has finished every message it read
+// before the PONG, and later messages no longer find the subscription. While disconnected, or
+// when the flush fails (slow server), the subscription waits here until a later flush on the
+// connection succeeds, or until the connection is closed and its reader joined.
+class SubscriptionRetirer {
+ public:
+  explicit SubscriptionRetirer(natsConnection* nc) : nc_(nc) {}
+
+  // Unsubscribes (harmless when already drained or closed) and destroys `sub` now or later.
+  void Retire(natsSubscription* sub) {
+    if (sub == nullptr) return;
+    natsSubscription_Unsubscribe(sub);
+    // Only what was unsubscribed before the PING went out is known to be past the reader when
+    // its PONG comes back, so the flush covers the batch taken now, not what is parked meanwhile.
+    std::vector<natsSubscription*> batch;
+    {
+      std::lock_guard lock(mu_);
+      if (!reader_stopped_) {
+        parked_.push_back(sub);
+        batch.swap(parked_);
+      }
+    }
+    if (batch.empty()) {
+      natsSubscription_Destroy(sub);
+      return;
+    }
+    // Not connected (a reconnect may take long): park at once rather than wait out the flush,
+    // so closing subscriptions during an outage (shutdown) does not stall.
+    if (natsConnection_Status(nc_) != NATS_CONN_STATUS_CONNECTED ||
+        natsConnection_FlushTimeout(nc_, kFlushMs) != NATS_OK) {
+      std::lock_guard lock(mu_);
+      if (!reader_stopped_) {
+        parked_.insert(parked_.end(), batch.begin(), batch.end());
+        return;
+      }
+    }
+    for (natsSubscription* x : batch) natsSubscription_Destroy(x);
+  }
+
+  // After natsConnection_Close (which joins the reader): frees what waits, and from now on
+  // Retire frees at once.
+  void ReaderStopped() {
+    std::vector<natsSubscription*> free;
+    {
+      std::lock_guard lock(mu_);
+      reader_stopped_ = true;
+      free.swap(parked_);
+    }
+    for (natsSubscription* x : free) natsSubscription_Destroy(x);
+  }
+
+ private:
+  static constexpr int64_t kFlushMs = 2000;
+  natsConnection* nc_;
+  std::mutex mu_;
+  bool reader_stopped_ = false;
+  std::vector<natsSubscription*> parked_;
+};
+
 // Subscribe (plain messages): nats.c's async delivery thread runs the handler. The state is shared
 // between the Subscription handle and nats.c's callbacks, which hold their own reference until the
 // subscription's completion callback, so it outlives every callback.
 struct MsgCore {
   natsSubscription* sub = nullptr;
+  std::shared_ptr<SubscriptionRetirer> retirer;
   std::string subject;
   MessageHandler handler;
   std::atomic<bool> finished{false};
@@ -220,7 +286,7 @@ class NatsMessageSubscription final : public Subscription {
     natsSubscription_Unsubscribe(core_->sub);  // fails harmlessly when already drained/closed
     // Wait for nats.c to stop calling us; a closed connection completes subscriptions too.
     core_->WaitComplete(Clock::now() + std::chrono::seconds(10));
-    natsSubscription_Destroy(core_->sub);
+    core_->retirer->Retire(core_->sub);
     core_->sub = nullptr;
   }
 
@@ -377,6 +443,7 @@ class Ticker {
 struct ServeCore {
   natsConnection* nc = nullptr;
   natsSubscription* sub = nullptr;
+  std::shared_ptr<SubscriptionRetirer> retirer;
   std::string subject;
   RequestHandler handler;
   int max_running = 1;
@@ -581,7 +648,7 @@ struct ServeCore {
       if (t.joinable()) t.join();
     }
     threads.clear();
-    natsSubscription_Destroy(sub);
+    retirer->Retire(sub);
     sub = nullptr;
   }
 };
@@ -621,6 +688,7 @@ struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
   };
 
   natsConnection* nc = nullptr;
+  std::shared_ptr<SubscriptionRetirer> retirer;
   BusClientMetrics* metrics = nullptr;  // may be null
   std::string inbox_prefix;             // NatsBusOptions::inbox_prefix
 
@@ -741,8 +809,7 @@ struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
     if (s != NATS_OK) {
       absl::Status st = FromNats(s, "subscribing to " + wildcard);
       if (sub != nullptr) {
-        natsSubscription_Unsubscribe(sub);
-        natsSubscription_Destroy(sub);
+        retirer->Retire(sub);
         sub = nullptr;
       } else {
         delete holder;
@@ -803,7 +870,7 @@ struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
       std::unique_lock lock(mu);
       cv.wait_for(lock, std::chrono::seconds(10), [&] { return complete; });
       lock.unlock();
-      natsSubscription_Destroy(sub);
+      retirer->Retire(sub);
       sub = nullptr;
     }
     for (auto& p : rest) {
@@ -832,7 +899,8 @@ struct NatsBus::Impl {
   std::atomic<bool> closing{false};  // we are closing on purpose: a disconnect is expected
   std::vector<std::weak_ptr<ServeCore>> serves;  // for Drain() and the ticker
   std::shared_ptr<Ticker> ticker;
-  std::shared_ptr<AsyncCore> async;  // RequestAsync
+  std::shared_ptr<AsyncCore> async;              // RequestAsync
+  std::shared_ptr<SubscriptionRetirer> retirer;  // set once connected
 
   void Tick(int64_t now_ns) {
     std::vector<std::shared_ptr<ServeCore>> cores;
@@ -858,6 +926,7 @@ struct NatsBus::Impl {
     if (nc != nullptr) {
       closing = true;
       natsConnection_Close(nc);
+      if (retirer) retirer->ReaderStopped();  // Close joined nats.c's reader
       std::unique_lock lock(mu);
       const bool done = cv.wait_for(lock, std::chrono::seconds(5), [&] { return closed; });
       lock.unlock();
@@ -941,6 +1010,7 @@ struct NatsBus::Impl {
     if (subject.empty()) return absl::InvalidArgumentError("serve: empty subject");
     auto core = std::make_shared<ServeCore>();
     core->nc = nc;
+    core->retirer = retirer;
     core->subject = std::string(subject);
     core->handler = std::move(handler);
     core->max_running = options.serve_threads;
@@ -971,6 +1041,7 @@ struct NatsBus::Impl {
                                             MessageHandler handler) {
     if (subject.empty()) return absl::InvalidArgumentError("subscribe: empty subject");
     auto core = std::make_shared<MsgCore>();
+    core->retirer = retirer;
     core->subject = std::string(subject);
     core->handler = std::move(handler);
     auto* holder = new std::shared_ptr<MsgCore>(core);
@@ -984,8 +1055,7 @@ struct NatsBus::Impl {
     if (s != NATS_OK) {
       absl::Status st = FromNats(s, "subscribing to " + core->subject);
       if (sub != nullptr) {
-        natsSubscription_Unsubscribe(sub);
-        natsSubscription_Destroy(sub);
+        retirer->Retire(sub);
       } else {
         delete holder;
       }
@@ -1042,13 +1112,13 @@ class NatsJsMessage final : public JsMessage {
 
 class NatsPullConsumer final : public PullConsumer {
  public:
-  NatsPullConsumer(natsSubscription* sub, jsCtx* js, std::string name)
-      : sub_(sub), js_(js), name_(std::move(name)) {}
+  NatsPullConsumer(natsSubscription* sub, jsCtx* js, std::shared_ptr<SubscriptionRetirer> retirer,
+                   std::string name)
+      : sub_(sub), js_(js), retirer_(std::move(retirer)), name_(std::move(name)) {}
   ~NatsPullConsumer() override {
     // Keep the durable consumer on the server: Destroy without Unsubscribe would leave the
     // subscription registered; Unsubscribe on a bound durable does not delete the consumer.
-    natsSubscription_Unsubscribe(sub_);
-    natsSubscription_Destroy(sub_);
+    retirer_->Retire(sub_);
   }
 
   absl::StatusOr<std::vector<JsMessagePtr>> Fetch(int batch,
@@ -1073,6 +1143,7 @@ class NatsPullConsumer final : public PullConsumer {
  private:
   natsSubscription* sub_;
   jsCtx* js_;
+  std::shared_ptr<SubscriptionRetirer> retirer_;
   std::string name_;
 };
 
@@ -1168,8 +1239,8 @@ class NatsJetStream final : public JetStream {
     const char* subject = config.filter_subject.empty() ? nullptr : config.filter_subject.c_str();
     s = js_PullSubscribe(&sub, impl_->js, subject, config.durable.c_str(), nullptr, &so, &jerr);
     WISP_RETURN_IF_ERROR(FromJs(s, jerr, "binding consumer " + config.durable));
-    return PullConsumerPtr(
-        std::make_unique<NatsPullConsumer>(sub, impl_->js, stream_name + "/" + config.durable));
+    return PullConsumerPtr(std::make_unique<NatsPullConsumer>(sub, impl_->js, impl_->retirer,
+                                                              stream_name + "/" + config.durable));
   }
 
  private:
@@ -1456,6 +1527,7 @@ absl::StatusOr<std::unique_ptr<NatsBus>> NatsBus::Connect(const NatsBusOptions& 
   } else {
     impl->SetConnected(true);
   }
+  impl->retirer = std::make_shared<SubscriptionRetirer>(impl->nc);
   jsOptions jo;
   jsOptions_Init(&jo);
   jo.Wait = Ms(options.jetstream_timeout);
@@ -1464,6 +1536,7 @@ absl::StatusOr<std::unique_ptr<NatsBus>> NatsBus::Connect(const NatsBusOptions& 
   impl->jetstream = std::make_unique<NatsJetStream>(impl.get());
   impl->async = std::make_shared<AsyncCore>();
   impl->async->nc = impl->nc;
+  impl->async->retirer = impl->retirer;
   impl->async->metrics = impl->metrics.get();
   impl->async->inbox_prefix = options.inbox_prefix;
   return std::unique_ptr<NatsBus>(new NatsBus(std::move(impl)));
@@ -1560,11 +1633,8 @@ absl::StatusOr<std::vector<Message>> NatsBus::RequestMany(std::string_view subje
   natsSubscription* sub = nullptr;
   s = natsConnection_SubscribeSync(&sub, impl_->nc, inbox.c_str());
   if (s != NATS_OK) return FromNats(s, "subscribing to reply inbox");
-  auto sub_guard =
-      std::unique_ptr<natsSubscription, void (*)(natsSubscription*)>(sub, [](natsSubscription* x) {
-        natsSubscription_Unsubscribe(x);
-        natsSubscription_Destroy(x);
-      });
+  auto retire = [retirer = impl_->retirer.get()](natsSubscription* x) { retirer->Retire(x); };
+  auto sub_guard = std::unique_ptr<natsSubscription, decltype(retire)>(sub, retire);
   WISP_ASSIGN_OR_RETURN(MsgPtr msg,
                         BuildMsg(subject, inbox.c_str(), data, RequestHeaders(headers, timeout)));
   s = natsConnection_PublishMsg(impl_->nc, msg.get());
