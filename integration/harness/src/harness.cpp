@@ -15,6 +15,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -71,7 +73,8 @@ const std::string& RunDir() {
   return dir;
 }
 
-int FreePort() {
+namespace {
+int UnusedPort() {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   sockaddr_in addr{};
@@ -86,6 +89,22 @@ int FreePort() {
   }
   ::close(fd);
   return port;
+}
+}  // namespace
+
+int FreePort() {
+  // The kernel may hand the same free port to two binds in a row once the first socket is
+  // closed; a stack asks for several ports before any service binds them (wisp-token and
+  // wisp-gateway once got the same metrics port). Never return a port twice in one process.
+  static std::mutex mu;
+  static std::set<int> given;
+  std::lock_guard lock(mu);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = UnusedPort();
+    if (port < 0) return port;
+    if (given.insert(port).second) return port;
+  }
+  return -1;
 }
 
 absl::Status WaitForTcp(const std::string& host, int port, std::chrono::milliseconds timeout) {

@@ -174,6 +174,11 @@ Process& Stack::process(const std::string& service) { return *procs_.at(service)
 
 absl::Status Stack::WaitReady(const std::string& service, std::chrono::milliseconds timeout) {
   auto s = WaitForHttp("127.0.0.1", metrics_ports_.at(service), "/readyz", timeout);
+  // A ready answer from a process that is not ours (another test's service on a port both were
+  // given) must not pass for this one: ours has to be alive too.
+  if (s.ok() && procs_.count(service) && !procs_[service]->Running()) {
+    s = absl::UnavailableError("the process exited; another process answered on its metrics port");
+  }
   if (!s.ok()) {
     std::string log = procs_.count(service) ? procs_[service]->Log() : "";
     if (log.size() > 3000) log = log.substr(log.size() - 3000);

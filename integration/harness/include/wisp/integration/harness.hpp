@@ -34,7 +34,8 @@
 
 namespace wisp::integration {
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind to 0, read, close).
+// A TCP port on 127.0.0.1 that was free a moment ago (bind to 0, read, close), never the same one
+// twice in this process.
 int FreePort();
 // Polls until something accepts TCP on host:port, at most `timeout`.
 absl::Status WaitForTcp(const std::string& host, int port, std::chrono::milliseconds timeout);
