@@ -37,6 +37,8 @@ schema={
     "enabled":B(),"image":img,"replicas":I(minimum=1),"clusterName":S(minLength=1),
     "jetstream":O({"storageSize":S(minLength=1),"storageClassName":S(),"maxFileStore":S(pattern="^[0-9]+[KMGT]?B?$"),"maxMemoryStore":S(pattern="^[0-9]+[KMGT]?B?$")}),
     "resources":res,
+    "goRuntime":O({"gogc":I(minimum=-1,description="GOGC of nats-server: how far its heap grows past what is live before a collection (-1 = off); see docs/operations.md"),
+      "memLimit":S(pattern=r"^([0-9]+(B|KiB|MiB|GiB|TiB))?$",description="GOMEMLIMIT of nats-server: collect harder when the heap nears it. Keep about 90% of resources.limits.memory; empty = none")}),
     "auth":O({"enabled":B(),"permissions":O({k:free for k in ["gateway","policy","token","populator","wispctl"]})}),
     "tls":O({"enabled":B(),"serverSecret":S(),"clientSecret":S(),"verifyClients":B()}),
     "routeTls":O({"enabled":B(),"secret":S()}),
