@@ -294,29 +294,42 @@ class NatsMessageSubscription final : public Subscription {
 };
 
 // Destroying a natsMsg hands it to nats.c's one garbage-collector thread, which is woken whenever
-// it was idle: about one extra context switch per request. Serving threads put the requests they
-// are done with here and destroy them in batches (when 32 gathered, or once the thread has had
-// nothing to do for kSpentLinger), so under load the collector wakes once per 32 requests.
+// it was idle. Destroying a batch does not wake it once: the collector, woken by the first
+// message, empties the list while the rest are still being added, goes back to sleep, and is woken
+// again. Measured at the admission benchmark's peak with batches of 32, it woke about 18 times per
+// batch, about one context switch and two futex calls per request in each process. So spent
+// messages are gathered in large batches (kSpentBatch messages or kSpentBytes of payload, or once
+// the thread has had nothing to do for kSpentLinger): with 512 the collector woke about 0.15 times
+// per request in the gateway and 0.08 in wisp-policy (bench/admission/README.md).
 constexpr std::chrono::milliseconds kSpentLinger{500};
+constexpr size_t kSpentBatch = 512;
+constexpr size_t kSpentBytes = size_t{4} << 20;
 
+size_t PayloadBytes(natsMsg* msg) {
+  return static_cast<size_t>(std::max(natsMsg_GetDataLength(msg), 0));
+}
+
+// For serving threads: one list per thread, released by the thread itself.
 class SpentMsgs {
  public:
-  static constexpr size_t kBatch = 32;
   static void Add(MsgPtr msg) {
-    auto& v = Get().msgs;
-    v.push_back(msg.release());
-    if (v.size() >= kBatch) Release();
+    auto& list = Get();
+    list.bytes += PayloadBytes(msg.get());
+    list.msgs.push_back(msg.release());
+    if (list.msgs.size() >= kSpentBatch || list.bytes >= kSpentBytes) Release();
   }
   static bool Empty() { return Get().msgs.empty(); }
   static void Release() {
-    auto& v = Get().msgs;
-    for (natsMsg* m : v) natsMsg_Destroy(m);
-    v.clear();
+    auto& list = Get();
+    for (natsMsg* m : list.msgs) natsMsg_Destroy(m);
+    list.msgs.clear();
+    list.bytes = 0;
   }
 
  private:
   struct List {
     std::vector<natsMsg*> msgs;
+    size_t bytes = 0;
     ~List() {
       for (natsMsg* m : msgs) natsMsg_Destroy(m);
     }
@@ -329,23 +342,19 @@ class SpentMsgs {
 
 // SpentMsgs for threads that have no quiet moment of their own to release in: RequestAsync's
 // callers (an HTTP server's threads) and its reply delivery thread. One list for all of them,
-// destroyed in a batch once it holds kBatch messages or kBytes of payload, so under load the
-// collector wakes once per 16 requests (each leaves a request and a reply) and a quiet client
-// keeps at most kBytes plus one message until its next request.
+// destroyed in a batch once it holds kSpentBatch messages or kSpentBytes of payload, so a quiet
+// client keeps at most kSpentBytes plus one message until its next request.
 class SharedSpentMsgs {
  public:
-  static constexpr size_t kBatch = 32;
-  static constexpr size_t kBytes = size_t{1} << 20;
-
   ~SharedSpentMsgs() { Release(); }
 
   void Add(MsgPtr msg) {
-    const auto size = static_cast<size_t>(std::max(natsMsg_GetDataLength(msg.get()), 0));
+    const size_t size = PayloadBytes(msg.get());
     {
       std::lock_guard lock(mu_);
       msgs_.push_back(msg.release());
       bytes_ += size;
-      if (msgs_.size() < kBatch && bytes_ < kBytes) return;
+      if (msgs_.size() < kSpentBatch && bytes_ < kSpentBytes) return;
     }
     Release();
   }
