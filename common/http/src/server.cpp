@@ -1,12 +1,18 @@
 // Boost.Beast HTTP/1.1 server behind wisp::http::Server.
 //
-// Threading: `threads` threads run one io_context. Accept, read and write are asynchronous; the
-// handler runs on the thread that finished reading the request, so a synchronous handler that
-// blocks (a bus round trip) holds one thread, not the acceptor. Every handler answers through a
-// Responder (a synchronous one right away); the Responder posts the write onto the
-// connection's strand, so an asynchronous handler may answer from any thread. Each connection is
-// a Session kept alive by shared_from_this across its callbacks and, while its handler has not
-// answered, by the server's table of waiting connections.
+// Threading: `threads` I/O threads, each running an io_context of its own; the acceptor hands
+// each new connection to the next one in turn, and everything that connection does (TLS, reads,
+// writes, timers) runs on that one thread, so a connection needs no strand and an I/O thread
+// never wakes another to pass work on. (One io_context shared by all threads, with a strand per
+// connection, cost the admission benchmark's gateway about a fifth more CPU per request: the
+// scheduler's futex hand-offs between its threads.) An asynchronous handler runs on the
+// connection's I/O thread and must not block. A synchronous handler, which may block (a bus round
+// trip), runs on a pool of `threads` worker threads instead, so it never stalls the other
+// connections of its I/O thread. Every handler answers through a Responder (a synchronous one as
+// it returns); the Responder posts the write onto the connection's io_context, so an asynchronous
+// handler may answer from any thread. Each connection is a Session kept alive by
+// shared_from_this across its callbacks and, while its handler has not answered, by the server's
+// table of waiting connections.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,7 +52,8 @@ struct Route {
   std::string method;
   std::string path;
   bool prefix = false;
-  AsyncHandler handler;
+  AsyncHandler handler;  // runs on the connection's I/O thread
+  Handler sync;          // or this, on the worker pool
 };
 
 struct StreamRoute {
@@ -55,11 +62,6 @@ struct StreamRoute {
   StreamHandler handler;
   StreamOptions options;
 };
-// A synchronous handler answers before it returns.
-AsyncHandler FromSync(Handler handler) {
-  return [h = std::move(handler)](const Request& req, Responder done) { done(h(req)); };
-}
-
 // Shared by the server and its sessions; outlives both through shared_ptr.
 struct Core {
   ServerOptions options;
@@ -68,6 +70,7 @@ struct Core {
   std::shared_ptr<spdlog::logger> logger;
   std::atomic<int> sessions{0};
   std::atomic<bool> stopping{false};
+  std::unique_ptr<asio::thread_pool> sync_pool;  // synchronous handlers; from Start() on
   // Connections waiting for their handler's answer, owned here rather than by the Responder: a
   // connection must not outlive the io_context its socket belongs to, so Stop() drops them while
   // the io_context still exists, and a Responder called after that finds nothing to answer.
@@ -133,7 +136,7 @@ struct Core {
     return id;
   }
 
-  void Dispatch(const Request& req, Responder done) const {
+  void Dispatch(Request req, Responder done) const {
     bool path_known = false;
     for (const auto& r : stream_routes) {
       if (req.path.rfind(r.prefix, 0) == 0) path_known = true;
@@ -150,6 +153,17 @@ struct Core {
       return done(path_known
                       ? Response::Error(405, "method " + req.method + " not allowed on " + req.path)
                       : Response::Error(404, "no handler for " + req.path));
+    }
+    if (best->sync) {
+      // Routes are fixed before Start(), so `best` outlives the server's pool.
+      return asio::post(*sync_pool, [this, best, req = std::move(req), done = std::move(done)] {
+        try {
+          done(best->sync(req));
+        } catch (const std::exception& e) {
+          SPDLOG_LOGGER_ERROR(logger, "{} {}: handler threw: {}", req.method, req.path, e.what());
+          done(Response::Error(500, "internal error"));
+        }
+      });
     }
     try {
       best->handler(req, done);
@@ -258,11 +272,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
     const uint64_t id = core_->Park(this->shared_from_this());
     if (id == 0) return Close();
     core_->Dispatch(
-        req, Responder([core = core_, id, version, keep_alive](Response r) {
-          // Queue the write on the connection's strand, unless the server has stopped (then the
-          // connection is gone). Posted, not dispatched, even from the strand: the lock must not
-          // be held while the write starts (TLS encrypts the response right there), and it must
-          // be held until the connection is handed to its io_context, which Stop() then drains.
+        std::move(req), Responder([core = core_, id, version, keep_alive](Response r) {
+          // Queue the write on the connection's io_context, unless the server has stopped (then
+          // the connection is gone). Posted, not dispatched, even from its own thread: the lock
+          // must not be held while the write starts (TLS encrypts the response right there), and
+          // it must be held until the connection is handed to its io_context, which Stop() then
+          // drains.
           std::lock_guard lock(core->io_mu);
           auto node = core->waiting.extract(id);
           if (node.empty()) return;
@@ -570,23 +585,24 @@ int64_t MTime(const std::string& path) {
 
 class BeastServer final : public Server {
  public:
-  explicit BeastServer(ServerOptions options)
-      : core_(std::make_shared<Core>()), ioc_(std::max(1, options.threads)) {
+  explicit BeastServer(ServerOptions options) : core_(std::make_shared<Core>()) {
     core_->options = std::move(options);
     core_->logger = log::Get(core_->options.name);
+    for (int i = 0; i < std::max(1, core_->options.threads); ++i) {
+      // Concurrency hint 1: one thread runs it, so the scheduler never wakes another.
+      iocs_.push_back(std::make_unique<asio::io_context>(1));
+    }
   }
   ~BeastServer() override { Stop(std::chrono::milliseconds(0)); }
 
   void Handle(std::string method, std::string path, Handler handler) override {
-    core_->routes.push_back(
-        {std::move(method), std::move(path), false, FromSync(std::move(handler))});
+    core_->routes.push_back({std::move(method), std::move(path), false, {}, std::move(handler)});
   }
   void HandlePrefix(std::string method, std::string prefix, Handler handler) override {
-    core_->routes.push_back(
-        {std::move(method), std::move(prefix), true, FromSync(std::move(handler))});
+    core_->routes.push_back({std::move(method), std::move(prefix), true, {}, std::move(handler)});
   }
   void HandleAsync(std::string method, std::string path, AsyncHandler handler) override {
-    core_->routes.push_back({std::move(method), std::move(path), false, std::move(handler)});
+    core_->routes.push_back({std::move(method), std::move(path), false, std::move(handler), {}});
   }
   void HandleStream(std::string method, std::string prefix, StreamHandler handler,
                     StreamOptions options) override {
@@ -611,7 +627,7 @@ class BeastServer final : public Server {
       std::filesystem::path path(o.unix_socket);
       std::error_code fec;
       if (std::filesystem::is_socket(path, fec)) std::filesystem::remove(path, fec);  // stale
-      unix_acceptor_.emplace(ioc_);
+      unix_acceptor_.emplace(*iocs_[0]);
       unix_acceptor_->open(local{}, ec);
       if (!ec) unix_acceptor_->bind(local::endpoint(o.unix_socket), ec);
       if (!ec) unix_acceptor_->listen(asio::socket_base::max_listen_connections, ec);
@@ -624,7 +640,7 @@ class BeastServer final : public Server {
       auto address = asio::ip::make_address(o.address, ec);
       if (ec)
         return absl::InvalidArgumentError("listen address \"" + o.address + "\": " + ec.message());
-      tcp_acceptor_.emplace(ioc_);
+      tcp_acceptor_.emplace(*iocs_[0]);
       tcp::endpoint ep(address, o.port);
       tcp_acceptor_->open(ep.protocol(), ec);
       if (!ec) tcp_acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
@@ -637,8 +653,10 @@ class BeastServer final : public Server {
       port_ = tcp_acceptor_->local_endpoint().port();
       AcceptTcp();
     }
-    for (int i = 0; i < std::max(1, o.threads); ++i) {
-      threads_.emplace_back([this] { ioc_.run(); });
+    core_->sync_pool = std::make_unique<asio::thread_pool>(std::max(1, o.threads));
+    for (auto& ioc : iocs_) {
+      work_.push_back(asio::make_work_guard(*ioc));
+      threads_.emplace_back([ioc = ioc.get()] { ioc->run(); });
     }
     return absl::OkStatus();
   }
@@ -648,8 +666,8 @@ class BeastServer final : public Server {
   void Stop(std::chrono::milliseconds grace) override {
     if (threads_.empty()) return;
     core_->stopping = true;
-    // On the acceptors' strand: an accept handler re-arming on another thread must not race it.
-    asio::post(accept_strand_, [this] {
+    // On the acceptors' thread: an accept handler re-arming there must not race it.
+    asio::post(*iocs_[0], [this] {
       beast::error_code ec;
       if (tcp_acceptor_) tcp_acceptor_->close(ec);
       if (unix_acceptor_) unix_acceptor_->close(ec);
@@ -664,7 +682,12 @@ class BeastServer final : public Server {
       core_->io_stopped = true;
       waiting.swap(core_->waiting);
     }
-    ioc_.stop();
+    // Synchronous handlers still queued are dropped (their Responders find nothing to answer);
+    // running ones finish.
+    core_->sync_pool->stop();
+    core_->sync_pool->join();
+    work_.clear();
+    for (auto& ioc : iocs_) ioc->stop();
     for (auto& t : threads_) t.join();
     threads_.clear();
     // Streaming handlers see Cancelled from their next body read and return.
@@ -698,48 +721,48 @@ class BeastServer final : public Server {
   }
 
   void AcceptTcp() {
-    tcp_acceptor_->async_accept(
-        asio::make_strand(ioc_),
-        asio::bind_executor(accept_strand_, [this](beast::error_code ec, tcp::socket s) {
-          if (ec) {
-            if (ec != asio::error::operation_aborted && !core_->stopping) AcceptTcp();
-            return;
-          }
-          beast::error_code ignored;
-          s.set_option(tcp::no_delay(true), ignored);
-          std::string remote = s.remote_endpoint(ignored).address().to_string();
-          if (tls_enabled_) {
-            auto ctx = CurrentTls();
-            using TlsStream = beast::ssl_stream<beast::tcp_stream>;
-            std::make_shared<Session<TlsStream>>(TlsStream(beast::tcp_stream(std::move(s)), *ctx),
-                                                 core_, std::move(remote), ctx)
-                ->Run();
-          } else {
-            std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(s)), core_,
-                                                         std::move(remote))
-                ->Run();
-          }
-          AcceptTcp();
-        }));
+    tcp_acceptor_->async_accept(NextIoc(), [this](beast::error_code ec, tcp::socket s) {
+      if (ec) {
+        if (ec != asio::error::operation_aborted && !core_->stopping) AcceptTcp();
+        return;
+      }
+      beast::error_code ignored;
+      s.set_option(tcp::no_delay(true), ignored);
+      std::string remote = s.remote_endpoint(ignored).address().to_string();
+      if (tls_enabled_) {
+        auto ctx = CurrentTls();
+        using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+        std::make_shared<Session<TlsStream>>(TlsStream(beast::tcp_stream(std::move(s)), *ctx),
+                                             core_, std::move(remote), ctx)
+            ->Run();
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(s)), core_,
+                                                     std::move(remote))
+            ->Run();
+      }
+      AcceptTcp();
+    });
   }
 
   void AcceptUnix() {
-    unix_acceptor_->async_accept(
-        asio::make_strand(ioc_),
-        asio::bind_executor(accept_strand_, [this](beast::error_code ec, local::socket s) {
-          if (ec) {
-            if (ec != asio::error::operation_aborted && !core_->stopping) AcceptUnix();
-            return;
-          }
-          std::make_shared<Session<LocalStream>>(LocalStream(std::move(s)), core_, "unix")->Run();
-          AcceptUnix();
-        }));
+    unix_acceptor_->async_accept(NextIoc(), [this](beast::error_code ec, local::socket s) {
+      if (ec) {
+        if (ec != asio::error::operation_aborted && !core_->stopping) AcceptUnix();
+        return;
+      }
+      std::make_shared<Session<LocalStream>>(LocalStream(std::move(s)), core_, "unix")->Run();
+      AcceptUnix();
+    });
   }
 
+  // The io_context for the next connection, in turn. Called on the acceptors' thread only.
+  asio::io_context& NextIoc() { return *iocs_[next_ioc_++ % iocs_.size()]; }
+
   std::shared_ptr<Core> core_;
-  asio::io_context ioc_;
-  // Accept completions and Stop's close run here, one at a time.
-  asio::strand<asio::io_context::executor_type> accept_strand_ = asio::make_strand(ioc_);
+  // One per I/O thread; the acceptors live on the first.
+  std::vector<std::unique_ptr<asio::io_context>> iocs_;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  size_t next_ioc_ = 0;
   std::optional<tcp::acceptor> tcp_acceptor_;
   std::optional<local::acceptor> unix_acceptor_;
   std::vector<std::thread> threads_;

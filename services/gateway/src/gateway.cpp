@@ -35,10 +35,14 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
   flags.String("tls-cert", &s.tls_cert,
                "PEM certificate chain for HTTPS. Re-read when it changes, without a restart.");
   flags.String("tls-key", &s.tls_key, "PEM private key for --tls-cert.");
-  flags.Int("http-threads", &s.http_threads, "Threads serving HTTPS requests.", [](int64_t n) {
-    return n >= 1 && n <= 256 ? absl::OkStatus()
-                              : absl::InvalidArgumentError("must be between 1 and 256");
-  });
+  flags.Int(
+      "http-threads", &s.http_threads,
+      "HTTPS I/O threads (each serves the connections handed to it; the admission webhooks run "
+      "there), and as many worker threads for the blocking routes (OIDC discovery, JWKS, STS).",
+      [](int64_t n) {
+        return n >= 1 && n <= 256 ? absl::OkStatus()
+                                  : absl::InvalidArgumentError("must be between 1 and 256");
+      });
   flags.String("node-name", &s.node_name,
                "This node's name: CSI node id, topology.wisp.dev/node, node-routed bus subjects. "
                "In a DaemonSet set it from spec.nodeName.");

@@ -3,11 +3,14 @@
 //
 // Contract:
 //   - Handlers are synchronous, Response(const Request&), or asynchronous, void(const Request&,
-//     Responder). Both run on the server's worker threads (ServerOptions::threads). A synchronous
-//     handler that blocks (a bus request) holds its worker thread until it returns, so at most
-//     `threads` such requests are in flight. An asynchronous handler returns at once and answers
-//     later by calling the Responder from any thread (a bus callback), so the in-flight requests
-//     are not bounded by `threads`; use it for handlers that wait on the network.
+//     Responder). The server runs `threads` I/O threads, each with the connections it was handed
+//     (in turn, as they are accepted), and a pool of `threads` worker threads. A synchronous
+//     handler runs on the pool and may block (a bus request): it holds its worker until it
+//     returns, so at most `threads` such requests are in flight, and the connections keep being
+//     served meanwhile. An asynchronous handler runs on its connection's I/O thread and must not
+//     block: it returns at once and answers later by calling the Responder from any thread (a bus
+//     callback), so the in-flight requests are not bounded by `threads`; use it for handlers that
+//     wait on the network.
 //   - Bodies are read raw into Request::body, at most max_body_bytes (413 beyond, with a JSON
 //     error); request line + headers at most 64 KiB; slow clients time out (read_timeout).
 //   - TLS when cert_file/key_file are set: TLS 1.2 minimum; the files are re-read when they change
