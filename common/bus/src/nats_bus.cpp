@@ -441,10 +441,11 @@ class Ticker {
 // Serve (requests): a synchronous nats.c subscription shared by `max_running + 1` threads in a
 // leader/follower scheme. One thread at a time waits in NextMsg (the listener) and stamps each
 // arrival with the time it left nats.c. If a handler slot is free and nothing is queued, the
-// listener runs the handler itself, so a request costs no thread hop beyond raw nats.c. With
-// serve_threads > 1 it first wakes a spare thread to listen, so requests run in parallel; with one
-// slot that wake is deferred: should the handler run longer than 5 ms, the ticker wakes a spare
-// thread to take over listening and stamping. When every slot is busy the listener queues the
+// listener runs the handler itself, so a request costs no thread hop beyond raw nats.c. When it
+// took a burst (nats.c held more than one) and serve_threads > 1, it first wakes a spare thread,
+// which takes the rest of the burst and listens, so requests run in parallel. A lone request wakes
+// nobody; should its handler run longer than 5 ms, the ticker wakes a spare thread to take over
+// listening and stamping. When every slot is busy the listener queues the
 // stamped message; a request whose deadline passes in that queue is answered DeadlineExceeded
 // without calling the handler. (A request that arrived in the first ~5-10 ms of a long inline
 // handler is stamped when the spare thread takes it, so its wait is undercounted by at most that
@@ -579,10 +580,13 @@ struct ServeCore {
         if (!run_here) queue.emplace_back(std::move(msg), arrived);
         for (auto& m : more) queue.emplace_back(std::move(m), arrived);
         if (run_here) {
-          // Serve it on this thread. With one slot, a second listener could only queue, so it is
-          // brought in (by the ticker) only if this takes long; with several slots another
-          // thread listens at once (and takes the rest of the burst) so requests run in parallel.
-          if (max_running > 1) {
+          // Serve it on this thread. When the burst brought more (queued above) and there are
+          // free slots, a spare thread takes them, so requests run in parallel. A lone request
+          // wakes nobody: waking a spare listener for each one cost wisp-policy about a futex call
+          // and a context switch per request at the admission benchmark's peak, and its gain, a
+          // listener for requests that arrive during a handler of tens of microseconds, is
+          // small. Should this handler take long, the ticker brings a spare listener in.
+          if (!more.empty()) {
             EnsureSpareLocked();
             RunLocked(lock, std::move(msg), arrived);
           } else {

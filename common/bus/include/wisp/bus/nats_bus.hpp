@@ -23,12 +23,13 @@
 //   - Serve: the subscription's own threads (up to serve_threads + 1, started on demand) run the
 //     handler, at most `serve_threads` at once (default 1: handlers of one subscription run one at
 //     a time, in arrival order). A thread always waits for the next request and stamps its arrival
-//     (within ~10 ms while a single-slot handler runs long), so a request whose deadline passes
-//     while it waits behind a busy handler is answered DeadlineExceeded without calling the
-//     handler. An idle subscription runs the handler on the thread that received it (no extra
-//     thread hop, for latency). Under load a woken listener takes every request nats.c already
-//     holds (up to 64, stamped alike), and finished requests are freed in batches, so a burst costs
-//     a few context switches rather than about three per request.
+//     (within ~10 ms while a handler that took a lone request runs long), so a request whose
+//     deadline passes while it waits behind a busy handler is answered DeadlineExceeded without
+//     calling the handler. A lone request runs on the thread that received it (no extra thread
+//     hop, for latency and CPU); a burst (nats.c holds more than one) also wakes a spare thread so
+//     the rest run in parallel. A woken listener takes every request nats.c already holds (up to
+//     64, stamped alike), and finished requests are freed in batches, so a burst costs a few
+//     context switches rather than about three per request.
 //   - Subscribe: the handler runs on nats.c's delivery thread of that subscription (in order).
 //   - KeyValue::Watch: the handler runs on the watch's own thread.
 //   - Handlers of different subscriptions run concurrently. Destroying a Subscription waits for its
