@@ -9,7 +9,8 @@
 # Prints one RESULT line per phase (req/s, p50, p99), the CPU each process used per 1,000 requests
 # (utime+stime from /proc, so it stays meaningful on a busy machine), and the peak/ceiling ratio.
 # Environment: RATE, PACED_CONNS, WRK_THREADS (2), HTTP_THREADS (admission server, 2),
-# SERVE_THREADS (wisp-policy, 2), NATS_GOGC (nats-server's GOGC, 400 as deployed).
+# SERVE_THREADS (wisp-policy, 2), NATS_GOGC (nats-server's GOGC, 400 as deployed), NATS_GOMAXPROCS
+# (1, as docker-compose and scripts/local-up run it on a machine shared with the stack).
 # Needs nats-server, nginx, wrk (LuaJIT), openssl, python3.
 set -euo pipefail
 BUILD=${1:?usage: run.sh BUILD_DIR [DURATION] [CONNECTIONS]}
@@ -58,8 +59,9 @@ python3 -c 'import json; print(json.dumps({"ok": True, "pad": "x" * 2030}))' > "
 
 NATS_PORT=$(free_port)
 # nats-server runs with the Go runtime settings the chart, docker-compose and scripts/local-up give
-# it (nats.goRuntime); NATS_GOGC overrides GOGC for comparisons (Go's default is 100).
-GOGC=${NATS_GOGC:-400} GOMEMLIMIT=900MiB nats-server -a 127.0.0.1 -p "$NATS_PORT" -js -sd "$WORK/js" > "$WORK/nats.log" 2>&1 &
+# it (nats.goRuntime); NATS_GOGC and NATS_GOMAXPROCS override them for comparisons (Go's defaults
+# are 100 and every CPU).
+GOGC=${NATS_GOGC:-400} GOMEMLIMIT=900MiB GOMAXPROCS=${NATS_GOMAXPROCS:-1} nats-server -a 127.0.0.1 -p "$NATS_PORT" -js -sd "$WORK/js" > "$WORK/nats.log" 2>&1 &
 PIDS+=($!)
 wait_port "$NATS_PORT"
 "$BIN/wisp-policy" --nats-url "nats://127.0.0.1:$NATS_PORT" --metrics-address 127.0.0.1:0 \
