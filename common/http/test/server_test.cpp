@@ -404,6 +404,54 @@ TEST(AsyncServerTest, AnswersFromAnyThreadBeyondThePoolSize) {
   server->Stop();
 }
 
+// Tests that a synchronous handler that blocks holds a worker, not the I/O thread: on a server with
+// one I/O thread and one worker, other connections are still served while it blocks, and a
+// synchronous handler that throws is answered 500 on a connection kept alive.
+TEST(AsyncServerTest, BlockingSyncHandlerLeavesOtherConnectionsServed) {
+  auto created = Server::Create({.address = "127.0.0.1", .port = 0, .threads = 1});
+  ASSERT_TRUE(created.ok()) << created.status();
+  ServerPtr server = std::move(*created);
+  std::promise<void> entered;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  server->Handle("POST", "/slow", [&](const Request&) {
+    entered.set_value();
+    released.wait();
+    return Response::Json(200, "{\"slow\":true}");
+  });
+  server->Handle("POST", "/throw",
+                 [](const Request&) -> Response { throw std::runtime_error("boom"); });
+  server->HandleAsync("POST", "/fast", [](const Request& r, Responder done) {
+    done(Response::Json(200, "{\"fast\":\"" + r.body + "\"}"));
+  });
+  ASSERT_TRUE(server->Start().ok());
+
+  auto slow =
+      std::async(std::launch::async, [&] { return Plain(server->port(), "POST", "/slow"); });
+  ASSERT_EQ(entered.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  for (int i = 0; i < 3; ++i) {  // new connections, all on the one I/O thread
+    auto fast = std::async(std::launch::async, [&, i] {
+      return Plain(server->port(), "POST", "/fast", std::to_string(i));
+    });
+    ASSERT_EQ(fast.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+        << "the blocked synchronous handler stalled the I/O thread";
+    EXPECT_EQ(fast.get().body, "{\"fast\":\"" + std::to_string(i) + "\"}");
+  }
+  release.set_value();
+  Got got = slow.get();
+  EXPECT_EQ(got.status, 200);
+  EXPECT_EQ(got.body, "{\"slow\":true}");
+
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->port()));
+  Got thrown = Exchange(stream, "POST", "/throw", "");
+  EXPECT_EQ(thrown.status, 500);
+  EXPECT_EQ(thrown.body, "{\"error\":\"internal error\"}");
+  EXPECT_EQ(Exchange(stream, "POST", "/fast", "again").status, 200);  // same connection
+  server->Stop();
+}
+
 // Tests that a Responder called after the server stopped is dropped, not a crash.
 TEST(AsyncServerTest, AnswerAfterStopIsDropped) {
   auto created = Server::Create({.address = "127.0.0.1", .port = 0, .threads = 1});
