@@ -45,12 +45,21 @@ Got Exchange(Stream& stream, const std::string& method, const std::string& targe
   return {static_cast<int>(res.result_int()), res.body()};
 }
 
+// A plain-HTTP connection to the server on 127.0.0.1, kept alive across requests.
+struct Connection {
+  explicit Connection(uint16_t port) {
+    stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  }
+  Got Send(const std::string& method, const std::string& target, const std::string& body = "") {
+    return Exchange(stream, method, target, body);
+  }
+  asio::io_context ioc;
+  beast::tcp_stream stream{ioc};
+};
+
 Got Plain(uint16_t port, const std::string& method, const std::string& target,
           const std::string& body = "") {
-  asio::io_context ioc;
-  beast::tcp_stream stream(ioc);
-  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-  return Exchange(stream, method, target, body);
+  return Connection(port).Send(method, target, body);
 }
 
 class ServerTest : public ::testing::Test {
@@ -392,13 +401,11 @@ TEST(AsyncServerTest, AnswersFromAnyThreadBeyondThePoolSize) {
     EXPECT_EQ(g.body, "{\"echo\":\"req-" + std::to_string(i) + "\"}");
   }
 
-  asio::io_context ioc;
-  beast::tcp_stream stream(ioc);
-  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->port()));
-  Got dropped = Exchange(stream, "POST", "/drop", "");
+  Connection conn(server->port());
+  Got dropped = conn.Send("POST", "/drop");
   EXPECT_EQ(dropped.status, 500);
   EXPECT_EQ(dropped.body, "{\"error\":\"the handler did not answer\"}");
-  Got thrown = Exchange(stream, "POST", "/throw", "");  // same connection: kept alive
+  Got thrown = conn.Send("POST", "/throw");  // same connection: kept alive
   EXPECT_EQ(thrown.status, 500);
   EXPECT_EQ(thrown.body, "{\"error\":\"internal error\"}");
   server->Stop();
@@ -442,13 +449,11 @@ TEST(AsyncServerTest, BlockingSyncHandlerLeavesOtherConnectionsServed) {
   EXPECT_EQ(got.status, 200);
   EXPECT_EQ(got.body, "{\"slow\":true}");
 
-  asio::io_context ioc;
-  beast::tcp_stream stream(ioc);
-  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->port()));
-  Got thrown = Exchange(stream, "POST", "/throw", "");
+  Connection conn(server->port());
+  Got thrown = conn.Send("POST", "/throw");
   EXPECT_EQ(thrown.status, 500);
   EXPECT_EQ(thrown.body, "{\"error\":\"internal error\"}");
-  EXPECT_EQ(Exchange(stream, "POST", "/fast", "again").status, 200);  // same connection
+  EXPECT_EQ(conn.Send("POST", "/fast", "again").status, 200);  // same connection
   server->Stop();
 }
 
