@@ -309,70 +309,74 @@ size_t PayloadBytes(natsMsg* msg) {
   return static_cast<size_t>(std::max(natsMsg_GetDataLength(msg), 0));
 }
 
-// For serving threads: one list per thread, released by the thread itself.
-class SpentMsgs {
+// Messages waiting to be destroyed together.
+class SpentBatch {
  public:
-  static void Add(MsgPtr msg) {
-    auto& list = Get();
-    list.bytes += PayloadBytes(msg.get());
-    list.msgs.push_back(msg.release());
-    if (list.msgs.size() >= kSpentBatch || list.bytes >= kSpentBytes) Release();
+  SpentBatch() = default;
+  SpentBatch(const SpentBatch&) = delete;
+  SpentBatch& operator=(const SpentBatch&) = delete;
+  SpentBatch& operator=(SpentBatch&&) = delete;
+  SpentBatch(SpentBatch&& other) noexcept
+      : msgs_(std::exchange(other.msgs_, {})), bytes_(std::exchange(other.bytes_, 0)) {}
+  ~SpentBatch() { Destroy(); }
+
+  // True once the batch is due: kSpentBatch messages or kSpentBytes of payload.
+  bool Add(MsgPtr msg) {
+    bytes_ += PayloadBytes(msg.get());
+    msgs_.push_back(msg.release());
+    return msgs_.size() >= kSpentBatch || bytes_ >= kSpentBytes;
   }
-  static bool Empty() { return Get().msgs.empty(); }
-  static void Release() {
-    auto& list = Get();
-    for (natsMsg* m : list.msgs) natsMsg_Destroy(m);
-    list.msgs.clear();
-    list.bytes = 0;
+  bool empty() const { return msgs_.empty(); }
+  void Destroy() {
+    for (natsMsg* m : msgs_) natsMsg_Destroy(m);
+    msgs_.clear();
+    bytes_ = 0;
   }
 
  private:
-  struct List {
-    std::vector<natsMsg*> msgs;
-    size_t bytes = 0;
-    ~List() {
-      for (natsMsg* m : msgs) natsMsg_Destroy(m);
-    }
-  };
-  static List& Get() {
-    thread_local List list;
-    return list;
+  std::vector<natsMsg*> msgs_;
+  size_t bytes_ = 0;
+};
+
+// For serving threads: one batch per thread, released by the thread itself.
+class SpentMsgs {
+ public:
+  static void Add(MsgPtr msg) {
+    if (Get().Add(std::move(msg))) Release();
+  }
+  static bool Empty() { return Get().empty(); }
+  static void Release() { Get().Destroy(); }
+
+ private:
+  static SpentBatch& Get() {
+    thread_local SpentBatch batch;
+    return batch;
   }
 };
 
 // SpentMsgs for threads that have no quiet moment of their own to release in: RequestAsync's
-// callers (an HTTP server's threads) and its reply delivery thread. One list for all of them,
-// destroyed in a batch once it holds kSpentBatch messages or kSpentBytes of payload, so a quiet
-// client keeps at most kSpentBytes plus one message until its next request.
+// callers (an HTTP server's threads) and its reply delivery thread. One batch for all of them,
+// destroyed outside the lock once due, so a quiet client keeps at most kSpentBytes plus one
+// message until its next request.
 class SharedSpentMsgs {
  public:
-  ~SharedSpentMsgs() { Release(); }
-
   void Add(MsgPtr msg) {
-    const size_t size = PayloadBytes(msg.get());
     {
       std::lock_guard lock(mu_);
-      msgs_.push_back(msg.release());
-      bytes_ += size;
-      if (msgs_.size() < kSpentBatch && bytes_ < kSpentBytes) return;
+      if (!batch_.Add(std::move(msg))) return;
     }
     Release();
   }
 
   void Release() {
-    std::vector<natsMsg*> batch;
-    {
-      std::lock_guard lock(mu_);
-      batch.swap(msgs_);
-      bytes_ = 0;
-    }
-    for (natsMsg* m : batch) natsMsg_Destroy(m);
-  }
+    std::unique_lock lock(mu_);
+    SpentBatch due(std::move(batch_));
+    lock.unlock();
+  }  // `due` is destroyed here, outside the lock
 
  private:
   std::mutex mu_;
-  std::vector<natsMsg*> msgs_;
-  size_t bytes_ = 0;
+  SpentBatch batch_;
 };
 
 int64_t NowNs() {
@@ -586,7 +590,7 @@ struct ServeCore {
           // and a context switch per request at the admission benchmark's peak, and its gain, a
           // listener for requests that arrive during a handler of tens of microseconds, is
           // small. Should this handler take long, the ticker brings a spare listener in.
-          if (!more.empty()) {
+          if (!more.empty() && running + 1 < max_running) {
             EnsureSpareLocked();
             RunLocked(lock, std::move(msg), arrived);
           } else {

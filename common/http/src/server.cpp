@@ -157,16 +157,19 @@ struct Core {
     if (best->sync) {
       // Routes are fixed before Start(), so `best` outlives the server's pool.
       return asio::post(*sync_pool, [this, best, req = std::move(req), done = std::move(done)] {
-        try {
-          done(best->sync(req));
-        } catch (const std::exception& e) {
-          SPDLOG_LOGGER_ERROR(logger, "{} {}: handler threw: {}", req.method, req.path, e.what());
-          done(Response::Error(500, "internal error"));
-        }
+        Call(*best, req, done);
       });
     }
+    Call(*best, req, done);
+  }
+
+  void Call(const Route& route, const Request& req, const Responder& done) const {
     try {
-      best->handler(req, done);
+      if (route.sync) {
+        done(route.sync(req));
+      } else {
+        route.handler(req, done);
+      }
     } catch (const std::exception& e) {
       SPDLOG_LOGGER_ERROR(logger, "{} {}: handler threw: {}", req.method, req.path, e.what());
       done(Response::Error(500, "internal error"));  // ignored if the handler had answered
