@@ -2,7 +2,7 @@
 
 #include <optional>
 
-#include <simdjson.h>
+#include "wisp/k8s/json_dom.hpp"
 
 namespace wisp::k8s {
 namespace {
@@ -49,19 +49,24 @@ Json FromDom(simdjson::dom::element e) {
 
 }  // namespace
 
+simdjson::error_code ParseDom(std::string_view text, std::optional<simdjson::dom::parser>& own,
+                              simdjson::dom::element& root) {
+  // A thread keeps one parser's buffers between documents, sized for at most kReusedBytes of text
+  // (about ten times that in memory).
+  constexpr size_t kReusedBytes = 256 * 1024;
+  thread_local simdjson::dom::parser reused(kReusedBytes);
+  simdjson::dom::parser& parser = text.size() <= kReusedBytes ? reused : own.emplace();
+  return parser.parse(text.data(), text.size()).get(root);
+}
+
 absl::StatusOr<Json> ParseJson(std::string_view text, std::string_view what) {
   // simdjson reads the text (several times faster than nlohmann's lexer on a pod); the tree is
   // built from its DOM. Whatever it refuses - malformed JSON, and the few valid documents past its
   // limits (nesting over 1024, integers beyond 64 bits) - goes to nlohmann, which either reads it
-  // or names the problem. A thread keeps one parser's buffers between documents, sized for at
-  // most kReusedBytes of text (about ten times that in memory); a larger document gets a parser
-  // of its own, freed with it, so one 3 MiB object does not pin tens of MiB in every thread.
-  constexpr size_t kReusedBytes = 256 * 1024;
-  thread_local simdjson::dom::parser reused(kReusedBytes);
+  // or names the problem.
   std::optional<simdjson::dom::parser> own;
-  simdjson::dom::parser& parser = text.size() <= kReusedBytes ? reused : own.emplace();
   simdjson::dom::element root;
-  if (parser.parse(text.data(), text.size()).get(root) == simdjson::SUCCESS) return FromDom(root);
+  if (ParseDom(text, own, root) == simdjson::SUCCESS) return FromDom(root);
   // Kubernetes objects come from outside: nlohmann throws, so the exception stops here.
   try {
     return Json::parse(text.begin(), text.end());

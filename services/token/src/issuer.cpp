@@ -7,6 +7,7 @@
 #include <openssl/rand.h>
 
 #include "pod_proof.hpp"
+#include "wisp/k8s/json_writer.hpp"
 
 namespace wisp::token {
 namespace {
@@ -39,64 +40,6 @@ void JtiRandom(unsigned char* out, size_t n) {
   std::memcpy(out, pool + sizeof(pool) - left, n);
   OPENSSL_cleanse(pool + sizeof(pool) - left, n);
   left -= n;
-}
-
-// Appends `s` as a JSON string the way nlohmann::json::dump() writes it (so tokens are
-// byte-for-byte what they were); false when `s` is not valid UTF-8.
-bool AppendJsonString(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out.push_back('"');
-  for (size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        continue;
-      case '\\':
-        out += "\\\\";
-        continue;
-      case '\b':
-        out += "\\b";
-        continue;
-      case '\f':
-        out += "\\f";
-        continue;
-      case '\n':
-        out += "\\n";
-        continue;
-      case '\r':
-        out += "\\r";
-        continue;
-      case '\t':
-        out += "\\t";
-        continue;
-      default:
-        break;
-    }
-    if (c < 0x20) {
-      out += "\\u00";
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    } else if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      // A UTF-8 sequence: lead byte, then 1-3 continuation bytes (no overlongs, no surrogates).
-      const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
-      if (len == 0 || c > 0xF4 || i + len > s.size()) return false;
-      for (size_t k = 1; k < len; ++k) {
-        if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-      }
-      const auto c1 = static_cast<unsigned char>(s[i + 1]);
-      if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) || (c == 0xF0 && c1 < 0x90) ||
-          (c == 0xF4 && c1 > 0x8F)) {
-        return false;
-      }
-      out.append(s.substr(i, len));
-      i += len - 1;
-    }
-  }
-  out.push_back('"');
-  return true;
 }
 
 }  // namespace
@@ -213,7 +156,7 @@ absl::StatusOr<v1::IssueResponse> Issuer::Issue(const v1::IssueRequest& req) con
   std::string c;
   c.reserve(512);
   bool utf8 = true;
-  const auto str = [&](std::string_view v) { utf8 = AppendJsonString(c, v) && utf8; };
+  const auto str = [&](std::string_view v) { utf8 = k8s::AppendJsonString(c, v) && utf8; };
   c += "{\"aud\":[";
   for (size_t i = 0; i < auds.size(); ++i) {
     if (i > 0) c.push_back(',');
