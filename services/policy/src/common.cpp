@@ -7,17 +7,22 @@
 
 namespace wisp::policy {
 
-absl::StatusOr<AdmissionInput> AdmissionInput::FromCall(const v1::AdmissionCall& call,
-                                                        int64_t now_unix) {
+absl::StatusOr<AdmissionInput> AdmissionInput::FromCall(v1::AdmissionCall call, int64_t now_unix,
+                                                        PodTree tree) {
   AdmissionInput in;
-  in.call = call;
+  in.call = std::move(call);
   in.now_unix = now_unix;
-  if (!call.object_json().empty()) {
-    WISP_ASSIGN_OR_RETURN(in.object, k8s::ParseJson(call.object_json(), "object_json"));
-    if (!in.object.is_object()) return absl::InvalidArgumentError("object_json is not an object");
+  const std::string& object_json = in.call.object_json();
+  if (!object_json.empty()) {
+    in.object_deferred = true;
+    if (in.Is("", "Pod")) {
+      WISP_ASSIGN_OR_RETURN(in.pod, ReadPodFacts(object_json, "object_json"));
+    }
+    if (!in.pod || tree == PodTree::kParse) WISP_RETURN_IF_ERROR(in.ParseObject());
   }
-  if (!call.old_object_json().empty()) {
-    WISP_ASSIGN_OR_RETURN(in.old_object, k8s::ParseJson(call.old_object_json(), "old_object_json"));
+  if (!in.call.old_object_json().empty()) {
+    WISP_ASSIGN_OR_RETURN(in.old_object,
+                          k8s::ParseJson(in.call.old_object_json(), "old_object_json"));
     if (!in.old_object.is_object()) {
       return absl::InvalidArgumentError("old_object_json is not an object");
     }
@@ -25,9 +30,17 @@ absl::StatusOr<AdmissionInput> AdmissionInput::FromCall(const v1::AdmissionCall&
   return in;
 }
 
+absl::Status AdmissionInput::ParseObject() {
+  if (!object_deferred) return absl::OkStatus();
+  object_deferred = false;
+  WISP_ASSIGN_OR_RETURN(object, k8s::ParseJson(call.object_json(), "object_json"));
+  if (!object.is_object()) return absl::InvalidArgumentError("object_json is not an object");
+  return absl::OkStatus();
+}
+
 std::string AdmissionInput::Namespace() const {
   if (!call.namespace_().empty()) return call.namespace_();
-  std::string ns = k8s::GetString(object, {"metadata", "namespace"});
+  std::string ns = pod ? pod->namespace_name : k8s::GetString(object, {"metadata", "namespace"});
   if (ns.empty()) ns = k8s::GetString(old_object, {"metadata", "namespace"});
   return ns;
 }
@@ -55,7 +68,7 @@ std::string SourceRecordKey(std::string_view ns, std::string_view kind, std::str
 v1::AdmissionVerdict ToProto(const Verdict& verdict) {
   v1::AdmissionVerdict out;
   out.set_allowed(verdict.allowed);
-  if (!verdict.patch.empty()) out.set_patch(verdict.patch.dump());
+  out.set_patch(verdict.patch);
   for (const auto& w : verdict.warnings) out.add_warnings(w);
   out.set_message(verdict.message);
   out.set_code(verdict.code);

@@ -1,5 +1,6 @@
 // Rule f (pod token audiences) and the mutate/validate dispatch that combines the rules.
 #include <optional>
+#include <string>
 
 #include "policy/src/rules_internal.hpp"
 #include "wisp/k8s/json_patch.hpp"
@@ -78,7 +79,7 @@ bool Merge(Verdict& total, Verdict&& part) {
     total.audit_annotations.clear();
     total.writes.clear();
     total.mutated.reset();
-    total.patch = Json::array();
+    total.patch.clear();
     return false;
   }
   for (auto& [k, v] : part.audit_annotations) total.audit_annotations[k] = v;
@@ -89,31 +90,61 @@ bool Merge(Verdict& total, Verdict&& part) {
   return true;
 }
 
+// Appends the operations of the JSON array `more` to the JSON array `patch` ("" is none).
+void AppendOperations(std::string& patch, std::string_view more) {
+  if (more.size() < 2) return;
+  if (patch.size() < 2) {
+    patch.assign(more);
+    return;
+  }
+  patch.back() = ',';
+  patch.append(more.substr(1));
+}
+
 }  // namespace
 
 Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLookup& lookup) {
-  // `in` is this call's own: the token-sidecar rule edits its object in place, a later rule sees
-  // the edited object, and the patches are applied one after the other, so together they are the
-  // patch (RFC 6902 applies operations in order). No copy of the object, no diff.
+  // Each rule sees the object as the rules before it left it, and the patches are applied one
+  // after the other, so together they are the patch (RFC 6902 applies operations in order). The
+  // token-sidecar rule reads the pod's facts; only a pod the virt-launcher rule will look at
+  // needs the object, with the first patch applied.
   Verdict total;
-  bool mutated = false;
-  auto chain = [&](Verdict v) {
-    Json patch = std::move(v.patch);
-    std::optional<Json> object = std::move(v.mutated);
-    const bool go_on = Merge(total, std::move(v));
-    if (go_on && !patch.empty()) {
-      mutated = true;
-      if (object) in.object = std::move(*object);  // a rule that worked on its own copy
-      for (auto& op : patch) total.patch.push_back(std::move(op));
-    }
-    return go_on;
-  };
-  if (chain(internal::EvaluateTokenSidecarInPlace(in, in.object, policy)) &&
-      chain(EvaluateVirtLauncher(in, policy, lookup)) && mutated) {
-    total.mutated = std::move(in.object);
-  } else if (!total.error.ok()) {
-    total.patch = Json::array();  // an error answers without a patch (Merge cleared a denial's)
+  std::string first_patch;
+  {
+    Verdict sidecar = EvaluateTokenSidecar(in, policy);
+    first_patch = std::move(sidecar.patch);
+    if (!Merge(total, std::move(sidecar))) return total;
   }
+  const bool launcher = policy.rules.virt_launcher && in.pod &&
+                        in.pod->Label("kubevirt.io") != nullptr &&
+                        *in.pod->Label("kubevirt.io") == "virt-launcher";
+  if (launcher) {
+    absl::Status st = in.ParseObject();
+    if (st.ok() && !first_patch.empty()) {
+      auto patched = k8s::ApplyPatch(in.object, std::string_view(first_patch));
+      if (patched.ok()) {
+        in.object = *std::move(patched);
+      } else {
+        st = patched.status();
+      }
+    }
+    if (!st.ok()) {
+      total.rule_outcomes[std::string(kRuleVirtLauncher)] = std::string(kOutcomeError);
+      total.error = absl::InternalError("virt-launcher pod: " + std::string(st.message()));
+      total.patch.clear();
+      return total;
+    }
+  }
+  Verdict launcher_verdict = EvaluateVirtLauncher(in, policy, lookup);
+  std::string second_patch = std::move(launcher_verdict.patch);
+  std::optional<k8s::Json> object = std::move(launcher_verdict.mutated);
+  if (!Merge(total, std::move(launcher_verdict))) {
+    if (!total.error.ok()) total.patch.clear();  // an error answers without a patch
+    return total;
+  }
+  total.patch = std::move(first_patch);
+  AppendOperations(total.patch, second_patch);
+  if (!second_patch.empty() && object) total.mutated = std::move(*object);
   return total;
 }
 

@@ -96,7 +96,11 @@ absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(const v1::AdmissionCa
   }
   const int64_t now =
       std::chrono::duration_cast<std::chrono::seconds>(clock_.Now().time_since_epoch()).count();
-  WISP_ASSIGN_OR_RETURN(AdmissionInput in, AdmissionInput::FromCall(call, now));
+  // The mutate path leaves a pod's tree unbuilt unless a rule needs it (see EvaluateMutate).
+  WISP_ASSIGN_OR_RETURN(
+      AdmissionInput in,
+      AdmissionInput::FromCall(
+          call, now, mutate ? AdmissionInput::PodTree::kDefer : AdmissionInput::PodTree::kParse));
   RecordLookup lookup = [this](std::string_view bucket,
                                std::string_view key) -> absl::StatusOr<std::optional<std::string>> {
     bus::KeyValue* kv = Bucket(bucket);

@@ -5,9 +5,9 @@
 //   - No rule does I/O. Rules that need remembered state (the recorded VMI, an admitted
 //     VolumeImportSource) read it through a RecordLookup; rules that remember something return
 //     KvWrite entries, which PolicyService applies unless the request is a dry run.
-//   - A mutating rule returns the patch (RFC 6902: the edits k8s::PatchBuilder recorded, or
-//     k8s::Diff) and the mutated object; running it again on its own output yields an empty patch
-//     (reinvocation-safe).
+//   - A mutating rule returns the patch as RFC 6902 JSON text (the token-sidecar rule writes it
+//     from the pod's facts; the virt-launcher rule dumps a k8s::Diff and also returns the mutated
+//     object); running it again on its own output yields no patch (reinvocation-safe).
 //   - A denial is a result (allowed=false, message, code), not an error. `error` is set only when
 //     a lookup failed; the gateway's failure mode then answers.
 //   - Messages reproduce the upstream texts (KubeVirt, Kubernetes, CDI, GCSFuse) where they exist.
@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "policy/src/pod_facts.hpp"
 #include "policy/src/policy.hpp"
 #include "wisp/k8s/json.hpp"
 #include "wisp/v1/admission.pb.h"
@@ -72,8 +73,8 @@ struct KvWrite {
 
 struct Verdict {
   bool allowed = true;
-  k8s::Json patch = k8s::Json::array();
-  std::optional<k8s::Json> mutated;  // the object after the patch (mutating rules)
+  std::string patch;                 // a JSON array of RFC 6902 operations; "" when none
+  std::optional<k8s::Json> mutated;  // the object after the patch (the virt-launcher rule)
   std::vector<std::string> warnings;
   std::string message;
   int32_t code = 0;
@@ -89,14 +90,23 @@ using RecordLookup = std::function<absl::StatusOr<std::optional<std::string>>(
     std::string_view bucket, std::string_view key)>;
 
 struct AdmissionInput {
+  // How FromCall reads a Pod's object: into `pod` and `object` both, or into `pod` alone, the
+  // tree left to ParseObject() (the mutate path: only the virt-launcher rule needs it).
+  enum class PodTree { kParse, kDefer };
+
   v1::AdmissionCall call;
-  k8s::Json object;      // null for DELETE
-  k8s::Json old_object;  // null for CREATE
+  k8s::Json object;              // null for DELETE, and for a deferred Pod until ParseObject()
+  k8s::Json old_object;          // null for CREATE
+  std::optional<PodFacts> pod;   // a Pod's facts (for kind Pod with an object)
+  bool object_deferred = false;  // `object` is still to be parsed from call.object_json()
   int64_t now_unix = 0;
 
-  // Parses the call's object JSON; InvalidArgument naming object_json/old_object_json.
-  static absl::StatusOr<AdmissionInput> FromCall(const v1::AdmissionCall& call,
-                                                 int64_t now_unix = 0);
+  // Reads the call's object JSON; InvalidArgument naming object_json/old_object_json. The whole
+  // text is validated either way.
+  static absl::StatusOr<AdmissionInput> FromCall(v1::AdmissionCall call, int64_t now_unix = 0,
+                                                 PodTree tree = PodTree::kParse);
+  // Builds a deferred `object` (nothing to do otherwise).
+  absl::Status ParseObject();
   // The object's namespace: the call's, else metadata.namespace.
   std::string Namespace() const;
   std::string Name() const;
@@ -130,8 +140,9 @@ Verdict EvaluatePodTokenAudiences(const AdmissionInput& in, const Policy& policy
 // Every rule that applies to the call on the mutate or validate path, combined: mutations are
 // chained (each rule sees the previous one's output) and their patches concatenated; the first
 // denial wins; warnings, audit annotations, outcomes and writes are merged.
-// EvaluateMutate takes the input by value: move it in when it is not needed afterwards (the
-// token-sidecar rule then edits the object in place instead of copying it).
+// EvaluateMutate takes the input by value (move it in when it is not needed afterwards): when the
+// virt-launcher rule runs after the token-sidecar rule mutated, it applies that patch to the
+// object first, parsing a deferred object then.
 Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLookup& lookup);
 Verdict EvaluateValidate(const AdmissionInput& in, const Policy& policy,
                          const RecordLookup& lookup);

@@ -9,13 +9,6 @@ namespace wisp::policy::internal {
 
 std::string JoinCauses(const std::vector<std::string>& causes);
 
-// Rule a on `object`, which is in.object or a copy of it and is edited in place when the rule
-// mutates (everything the rule reads is read before the first edit; a denial edits nothing). The
-// verdict has the patch but no `mutated`: `object` is the mutated pod. EvaluateMutate uses this
-// to spare itself a copy of the pod; EvaluateTokenSidecar is it on a copy.
-Verdict EvaluateTokenSidecarInPlace(const AdmissionInput& in, k8s::Json& object,
-                                    const Policy& policy);
-
 // A denial by `rule` carrying every cause.
 Verdict Deny(std::string_view rule, const std::vector<std::string>& causes, int32_t code,
              std::string reason);

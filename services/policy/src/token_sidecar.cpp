@@ -1,8 +1,9 @@
 // Rule a: the token sidecar for annotated pods (GCSFuse PR 428, adapted to wisp).
+#include <algorithm>
 #include <cstdio>
 
 #include "policy/src/rules_internal.hpp"
-#include "wisp/k8s/json_patch.hpp"
+#include "wisp/k8s/json_writer.hpp"
 #include "wisp/k8s/objects.hpp"
 #include "wisp/k8s/quantity.hpp"
 
@@ -23,50 +24,41 @@ std::string BoolValuesMessage(std::string_view annotation) {
 // GCSFuse's ValidatePodHasSidecarContainerInjected, for wisp's names: a container or init
 // container named wisp-sidecar that runs as 65534:65534 and mounts the socket volume at its path,
 // and the pod has that volume as an emptyDir. A container that merely has the name is the user's
-// way to pick the image (see TakeUserSidecar), not an injected sidecar.
-bool SidecarInjected(const Json& pod) {
-  const Json* socket = k8s::FindNamed(k8s::GetArray(pod, {"spec", "volumes"}), kSocketVolume);
-  if (socket == nullptr || k8s::Find(*socket, {"emptyDir"}) == nullptr) return false;
-  for (const char* list : {"containers", "initContainers"}) {
-    const Json* c = k8s::FindNamed(k8s::GetArray(pod, {"spec", list}), kSidecarName);
-    if (c == nullptr) continue;
-    auto uid = k8s::GetInt(*c, {"securityContext", "runAsUser"});
-    auto gid = k8s::GetInt(*c, {"securityContext", "runAsGroup"});
-    if (!uid || *uid != 65534 || !gid || *gid != 65534) continue;
-    for (const auto& m : k8s::GetArray(*c, {"volumeMounts"})) {
-      if (k8s::GetString(m, {"name"}) == kSocketVolume &&
-          k8s::GetString(m, {"mountPath"}) == kSocketDir) {
-        return true;
-      }
+// way to pick the image (see UserSidecar), not an injected sidecar.
+bool SidecarInjected(const PodFacts& pod) {
+  auto socket = std::find_if(pod.volumes.begin(), pod.volumes.end(),
+                             [](const PodFacts::Volume& v) { return v.name == kSocketVolume; });
+  if (socket == pod.volumes.end() || !socket->empty_dir) return false;
+  for (const auto* list : {&pod.containers, &pod.init_containers}) {
+    auto c = std::find_if(list->begin(), list->end(),
+                          [](const PodFacts::Container& c) { return c.name == kSidecarName; });
+    if (c == list->end() || c->run_as_user != 65534 || c->run_as_group != 65534) continue;
+    for (const auto& m : c->volume_mounts) {
+      if (m.name == kSocketVolume && m.mount_path == kSocketDir) return true;
     }
   }
   return false;
 }
 
+// The index of the first container named wisp-sidecar in `list`, or nullopt.
+std::optional<size_t> FindSidecar(const std::vector<PodFacts::Container>& list) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i].name == kSidecarName) return i;
+  }
+  return std::nullopt;
+}
+
 // GCSFuse's ParseSidecarContainerImage: a container named wisp-sidecar declared by the user is
 // removed and its image used for the injected sidecar (a privately hosted image); its other
 // fields are dropped. An init container of that name is removed too, its image ignored. Returns
-// the image ("" when none), or the 400 message when the image does not parse (then nothing has
-// been removed).
-absl::StatusOr<std::string> TakeUserSidecar(k8s::PatchBuilder& edit) {
-  std::string image;
-  const Json& containers = k8s::GetArray(edit.doc(), {"spec", "containers"});
-  for (size_t i = 0; i < containers.size(); ++i) {
-    if (k8s::GetString(containers[i], {"name"}) != kSidecarName) continue;
-    image = k8s::GetString(containers[i], {"image"});
-    if (std::string err = internal::ImageNameError(image); !err.empty()) {
-      return absl::InvalidArgumentError("could not parse input image: " + k8s::Quote(image) +
-                                        ", error: " + err);
-    }
-    (void)edit.Remove({"spec", "containers"}, i);  // an index it has
-    break;
-  }
-  const Json& inits = k8s::GetArray(edit.doc(), {"spec", "initContainers"});
-  for (size_t i = 0; i < inits.size(); ++i) {
-    if (k8s::GetString(inits[i], {"name"}) == kSidecarName) {
-      (void)edit.Remove({"spec", "initContainers"}, i);
-      break;
-    }
+// the image ("" when none), or the 400 message when the image does not parse.
+absl::StatusOr<std::string> UserSidecarImage(const PodFacts& pod) {
+  auto i = FindSidecar(pod.containers);
+  if (!i) return std::string();
+  const std::string& image = pod.containers[*i].image;
+  if (std::string err = internal::ImageNameError(image); !err.empty()) {
+    return absl::InvalidArgumentError("could not parse input image: " + k8s::Quote(image) +
+                                      ", error: " + err);
   }
   return image;
 }
@@ -82,28 +74,35 @@ std::optional<std::pair<int, int>> ParseServerVersion(const std::string& v) {
 }
 
 struct ResourceSpec {
-  std::string name;  // cpu | memory | ephemeral-storage
-  std::string default_request;
-  std::string default_limit;
+  std::string_view name;  // cpu | memory | ephemeral-storage
+  const std::string& default_request;
+  const std::string& default_limit;
+};
+
+// The sidecar's requests and limits as (resource, quantity) pairs.
+struct Resources {
+  std::vector<std::pair<std::string_view, std::string>> requests;
+  std::vector<std::pair<std::string_view, std::string>> limits;
 };
 
 // GCSFuse's populateResource: neither set -> defaults; a missing one copies the other; a zero
 // limit with no request -> the default request. "0" then means "not set" (unlimited).
-absl::Status AddResources(const Json& pod, const Policy& policy, Json& resources,
-                          std::vector<std::string>& causes) {
+Resources ResourcesFor(const PodFacts& pod, const Policy& policy,
+                       std::vector<std::string>& causes) {
   const auto& d = policy.sidecar_resources;
   const ResourceSpec specs[] = {
       {"cpu", d.cpu_request, d.cpu_limit},
       {"memory", d.memory_request, d.memory_limit},
       {"ephemeral-storage", d.ephemeral_storage_request, d.ephemeral_storage_limit}};
-  Json requests = Json::object();
-  Json limits = Json::object();
+  Resources out;
+  std::string req_key;
+  std::string lim_key;
   for (const auto& spec : specs) {
-    const std::string req_key = std::string(kResourceAnnotationPrefix) + spec.name + "-request";
-    const std::string lim_key = std::string(kResourceAnnotationPrefix) + spec.name + "-limit";
+    req_key.assign(kResourceAnnotationPrefix).append(spec.name).append("-request");
+    lim_key.assign(kResourceAnnotationPrefix).append(spec.name).append("-limit");
     auto parse = [&](const std::string& key, std::optional<k8s::Quantity>* out) -> bool {
-      auto text = k8s::FindAnnotation(pod, key);
-      if (!text) return true;
+      const std::string* text = pod.Annotation(key);
+      if (text == nullptr) return true;
       auto q = k8s::ParseQuantity(*text);
       if (!q.ok()) {
         causes.push_back(
@@ -121,6 +120,7 @@ absl::Status AddResources(const Json& pod, const Policy& policy, Json& resources
     ok = parse(lim_key, &limit) && ok;
     if (!ok) continue;
     if (!request && !limit) {
+      // The policy's defaults were checked when it was loaded.
       request = *k8s::ParseQuantity(spec.default_request);
       limit = *k8s::ParseQuantity(spec.default_limit);
     } else if (!request) {
@@ -129,59 +129,193 @@ absl::Status AddResources(const Json& pod, const Policy& policy, Json& resources
       limit = *request;
     }
     if (!request->IsZero() && !limit->IsZero() && request->value() > limit->value()) {
-      causes.push_back("sidecar container " + spec.name + " request " + request->text() +
-                       " must be less than or equal to its limit " + limit->text() + " (" +
-                       k8s::Quote(req_key) + ", " + k8s::Quote(lim_key) + ")");
+      causes.push_back("sidecar container " + std::string(spec.name) + " request " +
+                       request->text() + " must be less than or equal to its limit " +
+                       limit->text() + " (" + k8s::Quote(req_key) + ", " + k8s::Quote(lim_key) +
+                       ")");
       continue;
     }
-    if (!request->IsZero()) requests[spec.name] = request->text();
-    if (!limit->IsZero()) limits[spec.name] = limit->text();
+    if (!request->IsZero()) out.requests.emplace_back(spec.name, request->text());
+    if (!limit->IsZero()) out.limits.emplace_back(spec.name, limit->text());
   }
-  if (!requests.empty()) resources["requests"] = requests;
-  if (!limits.empty()) resources["limits"] = limits;
-  return absl::OkStatus();
+  return out;
 }
 
 // The first inline wisp CSI volume's identityProvider attribute, if any.
-std::string IdentityProvider(const Json& pod) {
-  for (const auto& vol : k8s::GetArray(pod, {"spec", "volumes"})) {
-    if (k8s::GetString(vol, {"csi", "driver"}) != kWispCsiDriver) continue;
-    std::string idp = k8s::GetString(vol, {"csi", "volumeAttributes", "identityProvider"});
-    if (!idp.empty()) return idp;
+std::string IdentityProvider(const PodFacts& pod) {
+  for (const auto& vol : pod.volumes) {
+    if (vol.csi_driver == kWispCsiDriver && !vol.identity_provider.empty()) {
+      return vol.identity_provider;
+    }
   }
   return "";
 }
 
-size_t InsertIndex(const Json& list) {
-  // After istio-proxy so the mesh is up before the sidecar calls the STS (GCSFuse does the same).
+// Where the sidecar goes in `list` (the pod's containers or init containers, nullptr standing for
+// the sidecar itself): after istio-proxy, so the mesh is up before the sidecar calls the STS
+// (GCSFuse does the same).
+size_t InsertIndex(const std::vector<const PodFacts::Container*>& list) {
   for (size_t i = 0; i < list.size(); ++i) {
-    if (k8s::GetString(list[i], {"name"}) == "istio-proxy") return i + 1;
+    if (list[i] != nullptr && list[i]->name == "istio-proxy") return i + 1;
   }
   return 0;
 }
 
-bool HasVolume(const Json& pod, std::string_view name) {
-  return k8s::FindNamed(k8s::GetArray(pod, {"spec", "volumes"}), name) != nullptr;
+// `list` less the element at `removed`, as pointers.
+std::vector<const PodFacts::Container*> Without(const std::vector<PodFacts::Container>& list,
+                                                std::optional<size_t> removed) {
+  std::vector<const PodFacts::Container*> out;
+  out.reserve(list.size() + 1);
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!removed || i != *removed) out.push_back(&list[i]);
+  }
+  return out;
+}
+
+// A member the patch must add to or descend into, of the wrong type: kube-apiserver decodes pods
+// into typed structs before calling a webhook, so only a hand-made request has one. Nothing of
+// the user's is overwritten; the request is refused, naming the member.
+std::optional<std::string> ShapeError(const PodFacts& pod, bool native) {
+  using Shape = PodFacts::Shape;
+  if (pod.spec_shape == Shape::kOther) return "spec: Invalid value: must be an object";
+  if (pod.volumes_shape == Shape::kOther) return "spec.volumes: Invalid value: must be an array";
+  if (pod.containers_shape == Shape::kOther) {
+    return "spec.containers: Invalid value: must be an array";
+  }
+  if (native && pod.init_containers_shape == Shape::kOther) {
+    return "spec.initContainers: Invalid value: must be an array";
+  }
+  for (size_t i = 0; i < pod.containers.size(); ++i) {
+    const auto& c = pod.containers[i];
+    const std::string field = internal::Index("spec.containers", i);
+    if (!c.is_object) return field + ": Invalid value: must be an object";
+    if (c.name == kSidecarName) continue;  // removed or left alone, never edited
+    if (c.volume_mounts_shape == Shape::kOther) {
+      return field + ".volumeMounts: Invalid value: must be an array";
+    }
+    if (c.env_shape == Shape::kOther) return field + ".env: Invalid value: must be an array";
+  }
+  return std::nullopt;
+}
+
+// Writes the operations of one RFC 6902 patch as JSON text.
+class PatchText {
+ public:
+  PatchText() { w_.BeginArray(); }
+  // {"op":"remove","path":<path>}
+  void Remove(std::string_view path) { Op("remove", path).EndObject(); }
+  // {"op":"add","path":<path>,"value": ...}: the caller writes the value, then calls EndObject().
+  k8s::JsonWriter& Add(std::string_view path) { return Op("add", path).Key("value"); }
+  bool empty() const { return ops_ == 0; }
+  bool ok() const { return w_.ok(); }
+  std::string Take() { return w_.EndArray().Take(); }
+
+ private:
+  k8s::JsonWriter& Op(std::string_view op, std::string_view path) {
+    ++ops_;
+    return w_.BeginObject().Key("op").String(op).Key("path").String(path);
+  }
+  k8s::JsonWriter w_;
+  size_t ops_ = 0;
+};
+
+// Adds `value` (written by `write`) at `index` of the array `path`, or creates the array holding
+// just it when `exists` is false.
+template <typename Write>
+void InsertInto(PatchText& patch, std::string_view path, bool exists, size_t index, Write write) {
+  std::string pointer(path);
+  if (exists) pointer.append("/").append(std::to_string(index));
+  k8s::JsonWriter& w = patch.Add(pointer);
+  if (!exists) w.BeginArray();
+  write(w);
+  if (!exists) w.EndArray();
+  w.EndObject();
+}
+
+template <typename Write>
+void AppendTo(PatchText& patch, std::string_view path, bool exists, Write write) {
+  std::string pointer(path);
+  if (exists) pointer.append("/-");
+  k8s::JsonWriter& w = patch.Add(pointer);
+  if (!exists) w.BeginArray();
+  write(w);
+  if (!exists) w.EndArray();
+  w.EndObject();
+}
+
+struct Sidecar {
+  std::string image;
+  std::string audience;
+  bool native = false;
+  Resources resources;
+};
+
+void WriteSidecar(k8s::JsonWriter& w, const Sidecar& s, const Policy& policy) {
+  w.BeginObject();
+  w.Key("name").String(kSidecarName);
+  w.Key("image").String(s.image);
+  w.Key("imagePullPolicy").String("IfNotPresent");
+  // Exactly wisp-sidecar's flags: the STS audience is the token volume's audience (the wisp
+  // volume's identityProvider, else the policy's), as GCSFuse's sidecar asks its STS.
+  w.Key("args").BeginArray();
+  w.String(std::string("--socket=").append(kSocketDir).append("/token.sock"));
+  w.String(std::string("--token-file=").append(kTokenDir).append("/token"));
+  w.String("--audience=" + s.audience);
+  if (!policy.sidecar_sts_url.empty()) w.String("--sts-url=" + policy.sidecar_sts_url);
+  if (policy.sidecar_metrics_port > 0) {
+    w.String("--metrics-address=0.0.0.0:" + std::to_string(policy.sidecar_metrics_port));
+  }
+  w.EndArray();
+  if (policy.sidecar_metrics_port > 0) {
+    w.Key("ports").BeginArray().BeginObject();
+    w.Key("name").String("wisp-metrics");
+    w.Key("containerPort").Int(policy.sidecar_metrics_port);
+    w.Key("protocol").String("TCP");
+    w.EndObject().EndArray();
+  }
+  if (s.native) {
+    w.Key("env").BeginArray().BeginObject();
+    w.Key("name").String("NATIVE_SIDECAR").Key("value").String("TRUE");
+    w.EndObject().EndArray();
+    w.Key("restartPolicy").String("Always");
+  }
+  if (!s.resources.requests.empty() || !s.resources.limits.empty()) {
+    w.Key("resources").BeginObject();
+    for (const auto* part : {&s.resources.requests, &s.resources.limits}) {
+      if (part->empty()) continue;
+      w.Key(part == &s.resources.requests ? "requests" : "limits").BeginObject();
+      for (const auto& [name, quantity] : *part) w.Key(name).String(quantity);
+      w.EndObject();
+    }
+    w.EndObject();
+  }
+  w.Key("securityContext").BeginObject();
+  w.Key("allowPrivilegeEscalation").Bool(false);
+  w.Key("readOnlyRootFilesystem").Bool(true);
+  w.Key("capabilities").BeginObject().Key("drop").BeginArray().String("ALL").EndArray().EndObject();
+  w.Key("seccompProfile").BeginObject().Key("type").String("RuntimeDefault").EndObject();
+  w.Key("runAsNonRoot").Bool(true);
+  w.Key("runAsUser").Int(65534);
+  w.Key("runAsGroup").Int(65534);
+  w.EndObject();
+  w.Key("volumeMounts").BeginArray();
+  w.BeginObject().Key("name").String(kSocketVolume).Key("mountPath").String(kSocketDir).EndObject();
+  w.BeginObject().Key("name").String(kTokenVolume).Key("mountPath").String(kTokenDir);
+  w.Key("readOnly").Bool(true).EndObject();
+  w.EndArray();
+  w.EndObject();
 }
 
 }  // namespace
 
 Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
-  Json out = in.object;
-  Verdict v = internal::EvaluateTokenSidecarInPlace(in, out, policy);
-  if (!v.patch.empty()) v.mutated = std::move(out);
-  return v;
-}
-
-Verdict internal::EvaluateTokenSidecarInPlace(const AdmissionInput& in, Json& object,
-                                              const Policy& policy) {
   if (!policy.rules.token_sidecar) return Outcome(kRule, kOutcomeDisabled);
-  if (!in.Is("", "Pod") || in.call.operation() != "CREATE" || !object.is_object()) {
+  if (!in.Is("", "Pod") || in.call.operation() != "CREATE" || !in.pod) {
     return Outcome(kRule, kOutcomeSkipped);
   }
-  const Json& pod = object;  // read-only until the edits start
-  auto annotation = k8s::FindAnnotation(pod, kSidecarAnnotation);
-  if (!annotation) {
+  const PodFacts& pod = *in.pod;
+  const std::string* annotation = pod.Annotation(kSidecarAnnotation);
+  if (annotation == nullptr) {
     Verdict v = Outcome(kRule, kOutcomeSkipped);
     v.message = "The annotation key " + k8s::Quote(kSidecarAnnotation) +
                 " is not found, no injection required.";
@@ -201,13 +335,12 @@ Verdict internal::EvaluateTokenSidecarInPlace(const AdmissionInput& in, Json& ob
     return v;
   }
   bool native_allowed = true;
-  if (auto native = k8s::FindAnnotation(pod, kNativeSidecarAnnotation)) {
+  if (const std::string* native = pod.Annotation(kNativeSidecarAnnotation)) {
     auto b = k8s::ParseStrictBool(*native);
     if (!b) return Deny(kRule, {BoolValuesMessage(kNativeSidecarAnnotation)}, 400, "BadRequest");
     native_allowed = *b;
   }
-  const bool host_network = k8s::GetBool(pod, {"spec", "hostNetwork"});
-  if (!host_network && policy.token_volume_for == TokenVolumeFor::kHostNetwork) {
+  if (!pod.host_network && policy.token_volume_for == TokenVolumeFor::kHostNetwork) {
     Verdict v = Outcome(kRule, kOutcomeSkipped);
     v.warnings.push_back(
         "wisp: pod does not use hostNetwork, so it is left unchanged: the token sidecar and the "
@@ -219,39 +352,31 @@ Verdict internal::EvaluateTokenSidecarInPlace(const AdmissionInput& in, Json& ob
   }
 
   std::vector<std::string> causes;
-  Json resources = Json::object();
-  (void)AddResources(pod, policy, resources, causes);
+  Sidecar sidecar;
+  sidecar.resources = ResourcesFor(pod, policy, causes);
   std::string idp = IdentityProvider(pod);
-  std::string audience = idp.empty() ? policy.token_audience : idp;
+  sidecar.audience = idp.empty() ? policy.token_audience : idp;
   const std::string ns = in.Namespace();
-  if (!AudienceAllowed(policy, ns, audience)) {
+  if (!AudienceAllowed(policy, ns, sidecar.audience)) {
     causes.push_back(internal::AudienceForbidden("spec.volumes[" + std::string(kTokenVolume) +
                                                      "].projected.sources[0]."
                                                      "serviceAccountToken.audience",
-                                                 audience, ns, policy));
+                                                 sidecar.audience, ns, policy));
   }
   if (!causes.empty()) return Deny(kRule, causes, 400, "BadRequest");
-
-  const bool add_token_volume = !HasVolume(pod, kTokenVolume);
-  const bool add_socket_volume = !HasVolume(pod, kSocketVolume);
-
-  // The pod is edited in place from here, and each edit recorded as it is made: the patch is
-  // those operations, not a diff of the whole pod (which cost more than the rest of the rule).
-  k8s::PatchBuilder edit(object);
-  auto user_image = TakeUserSidecar(edit);
+  auto user_image = UserSidecarImage(pod);
   if (!user_image.ok()) {
     return Deny(kRule, {std::string(user_image.status().message())}, 400, "BadRequest");
   }
-  const std::string image = user_image->empty() ? policy.sidecar_image : *user_image;
+  sidecar.image = user_image->empty() ? policy.sidecar_image : *user_image;
 
   Verdict v;
-  bool native = false;
   switch (policy.native_sidecar) {
     case NativeSidecarMode::kOn:
-      native = true;
+      sidecar.native = true;
       break;
     case NativeSidecarMode::kOff:
-      native = false;
+      sidecar.native = false;
       break;
     case NativeSidecarMode::kAuto: {
       auto version = ParseServerVersion(in.call.server_version());
@@ -260,107 +385,94 @@ Verdict internal::EvaluateTokenSidecarInPlace(const AdmissionInput& in, Json& ob
                              std::string(kSidecarName) +
                              " runs as a regular container rather than a native sidecar");
       }
-      native = version && (version->first > 1 || (version->first == 1 && version->second >= 29));
+      sidecar.native =
+          version && (version->first > 1 || (version->first == 1 && version->second >= 29));
       break;
     }
   }
-  native = native && native_allowed;
+  sidecar.native = sidecar.native && native_allowed;
+  if (auto err = ShapeError(pod, sidecar.native)) return Deny(kRule, {*err}, 400, "BadRequest");
 
-  Json sidecar = {
-      {"name", kSidecarName},
-      {"image", image},
-      {"imagePullPolicy", "IfNotPresent"},
-  };
-  // Exactly wisp-sidecar's flags: the STS audience is the token volume's audience (the wisp
-  // volume's identityProvider, else the policy's), as GCSFuse's sidecar asks its STS.
-  Json args =
-      Json::array({"--socket=" + std::string(kSocketDir) + "/token.sock",
-                   "--token-file=" + std::string(kTokenDir) + "/token", "--audience=" + audience});
-  if (!policy.sidecar_sts_url.empty()) args.push_back("--sts-url=" + policy.sidecar_sts_url);
-  if (policy.sidecar_metrics_port > 0) {
-    args.push_back("--metrics-address=0.0.0.0:" + std::to_string(policy.sidecar_metrics_port));
-  }
-  sidecar["args"] = args;
-  if (policy.sidecar_metrics_port > 0) {
-    sidecar["ports"] = Json::array({{{"name", "wisp-metrics"},
-                                     {"containerPort", policy.sidecar_metrics_port},
-                                     {"protocol", "TCP"}}});
-  }
-  if (native) {
-    sidecar["env"] = Json::array({{{"name", "NATIVE_SIDECAR"}, {"value", "TRUE"}}});
-    sidecar["restartPolicy"] = "Always";
-  }
-  if (!resources.empty()) sidecar["resources"] = resources;
-  sidecar["securityContext"] = {
-      {"allowPrivilegeEscalation", false},
-      {"readOnlyRootFilesystem", true},
-      {"capabilities", {{"drop", Json::array({"ALL"})}}},
-      {"seccompProfile", {{"type", "RuntimeDefault"}}},
-      {"runAsNonRoot", true},
-      {"runAsUser", 65534},
-      {"runAsGroup", 65534},
-  };
-  sidecar["volumeMounts"] =
-      Json::array({{{"name", kSocketVolume}, {"mountPath", kSocketDir}},
-                   {{"name", kTokenVolume}, {"mountPath", kTokenDir}, {"readOnly", true}}});
+  // The patch, written as text in the order it applies (RFC 6902 applies operations one after the
+  // other, so each index below is one in the pod as the operations before it left it).
+  using Shape = PodFacts::Shape;
+  PatchText patch;
+  if (pod.spec_shape == Shape::kAbsent) patch.Add("/spec").BeginObject().EndObject().EndObject();
+  // The user's wisp-sidecar container and init container go; the image is kept (above).
+  const auto user_container = FindSidecar(pod.containers);
+  const auto user_init = FindSidecar(pod.init_containers);
+  if (user_container) patch.Remove("/spec/containers/" + std::to_string(*user_container));
+  if (user_init) patch.Remove("/spec/initContainers/" + std::to_string(*user_init));
+  std::vector<const PodFacts::Container*> containers = Without(pod.containers, user_container);
+  std::vector<const PodFacts::Container*> inits = Without(pod.init_containers, user_init);
 
-  // Every edit below follows members or indices the pod has, or creates what is missing, so none
-  // can fail; `edited` keeps that promise checked.
-  bool edited = true;
-  const std::string_view list = native ? "initContainers" : "containers";
-  edited &= edit.Insert({"spec", list}, InsertIndex(k8s::GetArray(edit.doc(), {"spec", list})),
-                        std::move(sidecar));
+  auto& list = sidecar.native ? inits : containers;
+  const bool list_exists =
+      (sidecar.native ? pod.init_containers_shape : pod.containers_shape) == Shape::kExpected;
+  const size_t at = InsertIndex(list);
+  InsertInto(patch, sidecar.native ? "/spec/initContainers" : "/spec/containers", list_exists, at,
+             [&](k8s::JsonWriter& w) { WriteSidecar(w, sidecar, policy); });
+  list.insert(list.begin() + static_cast<std::ptrdiff_t>(std::min(at, list.size())), nullptr);
 
   // Volumes go first, as GCSFuse prepends its own; a user-defined volume of the same name wins.
-  if (add_token_volume) {
-    Json token = {{"expirationSeconds", policy.token_expiration_seconds}, {"path", "token"}};
-    if (!audience.empty()) token["audience"] = audience;
-    edited &= edit.Insert(
-        {"spec", "volumes"}, 0,
-        {{"name", kTokenVolume},
-         {"projected", {{"sources", Json::array({{{"serviceAccountToken", token}}})}}}});
+  bool volumes_exist = pod.volumes_shape == Shape::kExpected;
+  if (!pod.HasVolume(kTokenVolume)) {
+    InsertInto(patch, "/spec/volumes", volumes_exist, 0, [&](k8s::JsonWriter& w) {
+      w.BeginObject().Key("name").String(kTokenVolume).Key("projected").BeginObject();
+      w.Key("sources").BeginArray().BeginObject().Key("serviceAccountToken").BeginObject();
+      if (!sidecar.audience.empty()) w.Key("audience").String(sidecar.audience);
+      w.Key("expirationSeconds").Int(policy.token_expiration_seconds);
+      w.Key("path").String("token");
+      w.EndObject().EndObject().EndArray().EndObject().EndObject();
+    });
+    volumes_exist = true;
   }
-  if (add_socket_volume) {
-    edited &= edit.Insert({"spec", "volumes"}, 0,
-                          {{"name", kSocketVolume}, {"emptyDir", {{"medium", "Memory"}}}});
+  if (!pod.HasVolume(kSocketVolume)) {
+    InsertInto(patch, "/spec/volumes", volumes_exist, 0, [&](k8s::JsonWriter& w) {
+      w.BeginObject().Key("name").String(kSocketVolume);
+      w.Key("emptyDir").BeginObject().Key("medium").String("Memory").EndObject().EndObject();
+    });
   }
 
   // Every app container reaches the sidecar through the socket directory.
-  const size_t containers = k8s::GetArray(edit.doc(), {"spec", "containers"}).size();
-  for (size_t i = 0; i < containers; ++i) {
-    const Json& c = k8s::GetArray(edit.doc(), {"spec", "containers"})[i];
-    if (k8s::GetString(c, {"name"}) == kSidecarName) continue;
-    bool mounted = false;
-    for (const auto& m : k8s::GetArray(c, {"volumeMounts"})) {
-      if (k8s::GetString(m, {"name"}) == kSocketVolume ||
-          k8s::GetString(m, {"mountPath"}) == kSocketDir) {
-        mounted = true;
-      }
-    }
-    const bool has_url = k8s::FindNamed(k8s::GetArray(c, {"env"}), kTokenUrlEnv) != nullptr;
-    const std::string index = std::to_string(i);
+  for (size_t i = 0; i < containers.size(); ++i) {
+    const PodFacts::Container* c = containers[i];
+    if (c == nullptr || c->name == kSidecarName) continue;
+    const bool mounted =
+        std::any_of(c->volume_mounts.begin(), c->volume_mounts.end(), [](const PodFacts::Mount& m) {
+          return m.name == kSocketVolume || m.mount_path == kSocketDir;
+        });
+    const bool has_url =
+        std::find(c->env_names.begin(), c->env_names.end(), kTokenUrlEnv) != c->env_names.end();
+    const std::string base = "/spec/containers/" + std::to_string(i);
     if (!mounted) {
-      edited &= edit.Append({"spec", "containers", index, "volumeMounts"},
-                            {{"name", kSocketVolume}, {"mountPath", kSocketDir}});
+      AppendTo(patch, base + "/volumeMounts", c->volume_mounts_shape == Shape::kExpected,
+               [](k8s::JsonWriter& w) {
+                 w.BeginObject().Key("name").String(kSocketVolume);
+                 w.Key("mountPath").String(kSocketDir).EndObject();
+               });
     }
     if (!has_url) {
-      edited &= edit.Append({"spec", "containers", index, "env"},
-                            {{"name", kTokenUrlEnv}, {"value", kTokenUrl}});
+      AppendTo(patch, base + "/env", c->env_shape == Shape::kExpected, [](k8s::JsonWriter& w) {
+        w.BeginObject().Key("name").String(kTokenUrlEnv).Key("value").String(kTokenUrl).EndObject();
+      });
     }
   }
-  if (!edited) {
-    Verdict failed = Outcome(kRule, kOutcomeError);
-    failed.error = absl::InternalError("token sidecar: an edit of the pod could not be recorded");
-    return failed;
+  if (!patch.ok()) {
+    // Every string written came from the validated pod or the loaded policy; one that is not UTF-8
+    // is the policy's.
+    return Deny(kRule, {"wisp policy: the sidecar image, audience or STS URL is not valid UTF-8"},
+                500, "InternalError");
   }
 
-  v.patch = edit.TakePatch();
+  v.patch = patch.Take();
   v.rule_outcomes[std::string(kRule)] = std::string(kOutcomeMutated);
   v.audit_annotations["token-sidecar"] =
-      std::string(kSidecarName) + (native ? " (native sidecar)" : " (container)") +
-      (user_image->empty() ? "" : " image " + image + " (user-declared)");
+      std::string(kSidecarName) + (sidecar.native ? " (native sidecar)" : " (container)") +
+      (user_image->empty() ? "" : " image " + sidecar.image + " (user-declared)");
   v.audit_annotations["token-volume"] =
-      std::string(kTokenVolume) + " audience=" + (audience.empty() ? "<api-server>" : audience);
+      std::string(kTokenVolume) +
+      " audience=" + (sidecar.audience.empty() ? "<api-server>" : sidecar.audience);
   return v;
 }
 

@@ -538,11 +538,14 @@ Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
   }
   if (!sidecars.empty()) ensure_socket_dir();
   for (auto& s : sidecars) containers.push_back(std::move(s));
-  v.patch = k8s::Diff(pod, out);
+  const Json patch = k8s::Diff(pod, out);
   v.rule_outcomes[std::string(kRule)] =
-      std::string(v.patch.empty() ? kOutcomeAllowed : kOutcomeMutated);
+      std::string(patch.empty() ? kOutcomeAllowed : kOutcomeMutated);
   if (!injected.empty()) v.audit_annotations["virtiofs-containers"] = injected;
-  v.mutated = std::move(out);
+  if (!patch.empty()) {
+    v.patch = patch.dump();
+    v.mutated = std::move(out);
+  }
   return v;
 }
 

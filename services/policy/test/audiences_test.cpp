@@ -99,7 +99,7 @@ TEST(DispatchTest, MutateAndValidate) {
   EXPECT_EQ(val.rule_outcomes.at("pod_token_audiences"), "allowed");
   v1::AdmissionVerdict proto = ToProto(m);
   EXPECT_TRUE(proto.allowed());
-  EXPECT_EQ(k8s::Json::parse(proto.patch()), m.patch);
+  EXPECT_EQ(proto.patch(), m.patch);
   EXPECT_EQ(proto.rule_outcomes().at("token_sidecar"), "mutated");
 }
 
@@ -127,6 +127,11 @@ TEST(DispatchTest, ChainsTwoMutations) {
   EXPECT_EQ(m.rule_outcomes.at("token_sidecar"), "mutated");
   EXPECT_EQ(m.rule_outcomes.at("virt_launcher"), "mutated");
   Json out = testing::Apply(in, m);
+  // wisp-policy defers the pod's tree; the virt-launcher rule builds it and applies the first
+  // patch.
+  auto deferred = AdmissionInput::FromCall(in.call, in.now_unix, AdmissionInput::PodTree::kDefer);
+  ASSERT_TRUE(deferred.ok()) << deferred.status();
+  EXPECT_EQ(EvaluateMutate(*deferred, Policy{}, lookup).patch, m.patch);
   EXPECT_NE(k8s::FindNamed(out["spec"]["initContainers"], "wisp-sidecar"), nullptr);
   EXPECT_NE(k8s::FindNamed(out["spec"]["containers"], "virtiofs-t"), nullptr);
   // The launcher's compute container also got the sidecar's socket (the first rule ran first).
@@ -145,7 +150,7 @@ TEST(DispatchTest, DenialCarriesNoPatch) {
       Policy{}, testing::NoRecords());
   EXPECT_FALSE(m.allowed);
   EXPECT_EQ(m.rule_outcomes.at("token_sidecar"), "denied");
-  EXPECT_TRUE(m.patch.empty()) << m.patch.dump();
+  EXPECT_TRUE(m.patch.empty()) << m.patch;
   EXPECT_FALSE(m.mutated.has_value());
 }
 

@@ -35,10 +35,11 @@ inline AdmissionInput Pod(const std::string& json, const std::string& ns = "defa
 
 // Applies the patch and checks that both appliers agree and that it reproduces `mutated`.
 inline k8s::Json Apply(const AdmissionInput& in, const Verdict& v) {
-  auto ours = k8s::ApplyPatch(in.object, v.patch);
+  const k8s::Json patch = v.patch.empty() ? k8s::Json::array() : k8s::Json::parse(v.patch);
+  auto ours = k8s::ApplyPatch(in.object, patch);
   EXPECT_TRUE(ours.ok()) << ours.status();
   if (!ours.ok()) return k8s::Json();
-  k8s::Json theirs = in.object.patch(v.patch);
+  k8s::Json theirs = in.object.patch(patch);
   EXPECT_EQ(*ours, theirs);
   if (v.mutated) {
     EXPECT_EQ(*ours, *v.mutated);
@@ -48,10 +49,11 @@ inline k8s::Json Apply(const AdmissionInput& in, const Verdict& v) {
 
 // Builds the input for a re-run on the patched object (reinvocation).
 inline AdmissionInput Rerun(const AdmissionInput& in, const k8s::Json& patched) {
-  AdmissionInput again = in;
-  again.object = patched;
-  again.call.set_object_json(patched.dump());
-  return again;
+  v1::AdmissionCall call = in.call;
+  call.set_object_json(patched.dump());
+  auto again = AdmissionInput::FromCall(call, in.now_unix);
+  EXPECT_TRUE(again.ok()) << again.status();
+  return again.ok() ? *again : AdmissionInput{};
 }
 
 inline RecordLookup NoRecords() {

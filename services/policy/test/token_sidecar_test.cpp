@@ -61,7 +61,7 @@ TEST(TokenSidecarTest, InjectsIntoHostNetworkPodAndIsReinvocationSafe) {
 
   Verdict again = EvaluateTokenSidecar(Rerun(in, out), policy);
   EXPECT_TRUE(again.allowed);
-  EXPECT_TRUE(again.patch.empty()) << again.patch.dump();
+  EXPECT_TRUE(again.patch.empty()) << again.patch;
   EXPECT_EQ(again.message, "The sidecar container was injected, no injection required.");
 }
 
@@ -349,9 +349,99 @@ TEST(TokenSidecarTest, UserDeclaredSidecarImage) {
     for (const auto& i : inits) named += i["name"] == "wisp-sidecar" ? 1 : 0;
     EXPECT_EQ(named, 1u);
     Verdict again = EvaluateTokenSidecar(Rerun(in, out), Policy{});
-    EXPECT_TRUE(again.patch.empty()) << again.patch.dump();
+    EXPECT_TRUE(again.patch.empty()) << again.patch;
     EXPECT_EQ(again.message, "The sidecar container was injected, no injection required.");
   }
+}
+
+// Tests the pod shapes the patch must build on: a pod without spec or lists gets them created, in
+// the order the operations apply (a container with istio-proxy first and a user sidecar removed
+// before it); members of the wrong type, which kube-apiserver never sends, are refused by name
+// rather than overwritten.
+TEST(TokenSidecarTest, PodShapes) {
+  Policy off;
+  off.native_sidecar = NativeSidecarMode::kOff;
+  const std::string annotated = R"("metadata":{"annotations":{"wisp.dev/token-sidecar":"true"}})";
+  {
+    auto in = Pod("{" + annotated + R"(,"spec":{"hostNetwork":true}})");
+    Json out = Apply(in, EvaluateTokenSidecar(in, Policy{}));
+    EXPECT_EQ(out["spec"]["initContainers"][0]["name"], "wisp-sidecar");
+    EXPECT_EQ(out["spec"]["volumes"].size(), 2u);
+    EXPECT_EQ(out["spec"]["volumes"][0]["name"], "wisp-token-socket");
+    EXPECT_FALSE(out["spec"].contains("containers"));
+    EXPECT_TRUE(EvaluateTokenSidecar(Rerun(in, out), Policy{}).patch.empty());
+  }
+  {
+    Policy all = off;
+    all.token_volume_for = TokenVolumeFor::kAll;
+    auto in = Pod("{" + annotated + "}");
+    Json out = Apply(in, EvaluateTokenSidecar(in, all));
+    EXPECT_EQ(out["spec"]["containers"][0]["name"], "wisp-sidecar");
+    EXPECT_EQ(out["spec"]["volumes"].size(), 2u);
+  }
+  {
+    auto in = Pod("{" + annotated + R"(,"spec":{"hostNetwork":true,"containers":[
+        {"name":"wisp-sidecar","image":"mine:1"},{"name":"istio-proxy","image":"istio"},
+        {"name":"app","image":"a","env":[{"name":"X","value":"1"}]}]}})");
+    Verdict v = EvaluateTokenSidecar(in, off);
+    Json out = Apply(in, v);
+    ASSERT_EQ(out["spec"]["containers"].size(), 3u) << out.dump();
+    EXPECT_EQ(out["spec"]["containers"][0]["name"], "istio-proxy");
+    EXPECT_EQ(out["spec"]["containers"][1]["name"], "wisp-sidecar");
+    EXPECT_EQ(out["spec"]["containers"][1]["image"], "mine:1");
+    EXPECT_EQ(out["spec"]["containers"][2]["env"][1]["name"], "WISP_TOKEN_URL");
+    EXPECT_EQ(out["spec"]["containers"][0]["volumeMounts"][0]["name"], "wisp-token-socket");
+    EXPECT_TRUE(EvaluateTokenSidecar(Rerun(in, out), off).patch.empty());
+  }
+  struct Case {
+    std::string spec;
+    std::string message;
+  } cases[] = {
+      {R"("spec":[])", "spec: Invalid value: must be an object"},
+      {R"("spec":{"hostNetwork":true,"volumes":{}})",
+       "spec.volumes: Invalid value: must be an array"},
+      {R"("spec":{"hostNetwork":true,"containers":"app"})",
+       "spec.containers: Invalid value: must be an array"},
+      {R"("spec":{"hostNetwork":true,"initContainers":7})",
+       "spec.initContainers: Invalid value: must be an array"},
+      {R"("spec":{"hostNetwork":true,"containers":[{"name":"a"},"b"]})",
+       "spec.containers[1]: Invalid value: must be an object"},
+      {R"("spec":{"hostNetwork":true,"containers":[{"name":"a","volumeMounts":{}}]})",
+       "spec.containers[0].volumeMounts: Invalid value: must be an array"},
+      {R"("spec":{"hostNetwork":true,"containers":[{"name":"a","env":"X=1"}]})",
+       "spec.containers[0].env: Invalid value: must be an array"},
+  };
+  Policy all;
+  all.token_volume_for = TokenVolumeFor::kAll;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.spec);
+    Verdict v = EvaluateTokenSidecar(Pod("{" + annotated + "," + c.spec + "}"), all);
+    EXPECT_FALSE(v.allowed);
+    EXPECT_EQ(v.code, 400);
+    EXPECT_EQ(v.message, c.message);
+    EXPECT_TRUE(v.patch.empty());
+  }
+}
+
+// Tests that the mutate path gives the same answer whether the pod's tree was built or deferred
+// (wisp-policy defers it), and that a deferred tree is built only for a virt-launcher pod.
+TEST(TokenSidecarTest, DeferredTreeGivesTheSameAnswer) {
+  auto parsed = Pod(LoaderPod(true), "ml", "1.30");
+  auto deferred =
+      AdmissionInput::FromCall(parsed.call, parsed.now_unix, AdmissionInput::PodTree::kDefer);
+  ASSERT_TRUE(deferred.ok()) << deferred.status();
+  EXPECT_TRUE(deferred->object.is_null());
+  EXPECT_TRUE(deferred->object_deferred);
+  Verdict a = EvaluateMutate(parsed, Policy{}, testing::NoRecords());
+  Verdict b = EvaluateMutate(*deferred, Policy{}, testing::NoRecords());
+  EXPECT_FALSE(a.patch.empty());
+  EXPECT_EQ(a.patch, b.patch);
+  EXPECT_EQ(a.rule_outcomes, b.rule_outcomes);
+  EXPECT_EQ(a.audit_annotations, b.audit_annotations);
+  EXPECT_EQ(b.rule_outcomes.at("virt_launcher"), "skipped");
+  EXPECT_EQ(deferred->Namespace(), "ml");
+  ASSERT_TRUE(deferred->ParseObject().ok());
+  EXPECT_EQ(deferred->object, parsed.object);
 }
 
 }  // namespace

@@ -305,7 +305,7 @@ TEST(VirtLauncherTest, AddsProjectedTokenAndVirtiofsContainer) {
   EXPECT_EQ(v.audit_annotations.at("virtiofs-containers"), "virtiofs-irsa");
 
   Verdict again = EvaluateVirtLauncher(Rerun(in, out), IrsaPolicy(), RecordedVmi());
-  EXPECT_TRUE(again.patch.empty()) << again.patch.dump();
+  EXPECT_TRUE(again.patch.empty()) << again.patch;
 }
 
 // Tests the fail-open paths: no record, a failing store, no owner.
@@ -549,12 +549,14 @@ TEST(VirtLauncherContainerPathTest, InjectsVirtiofsContainers) {
   // Only containers are added: the pod's volumes and the compute mounts are untouched.
   EXPECT_EQ(out["spec"]["volumes"], in.object["spec"]["volumes"]);
   EXPECT_EQ(out["spec"]["containers"][0], in.object["spec"]["containers"][0]);
-  for (const auto& op : v.patch) EXPECT_EQ(op["path"], "/spec/containers/-") << op.dump();
+  for (const auto& op : Json::parse(v.patch)) {
+    EXPECT_EQ(op["path"], "/spec/containers/-") << op.dump();
+  }
   EXPECT_EQ(v.audit_annotations.at("virtiofs-containers"),
             "virtiofs-aws-token,virtiofs-app-config");
   Verdict again = EvaluateVirtLauncher(Rerun(in, out), GatedPolicy(),
                                        Recorded(ContainerPathVmi(), GatedPolicy()));
-  EXPECT_TRUE(again.patch.empty()) << again.patch.dump();
+  EXPECT_TRUE(again.patch.empty()) << again.patch;
 }
 
 // Tests each skip of the mutator (a warning, the pod still allowed) and the gate.
