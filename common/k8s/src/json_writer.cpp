@@ -4,10 +4,26 @@
 
 namespace wisp::k8s {
 
+namespace {
+
+// Printable ASCII other than '"' and '\\' is written as it is.
+constexpr bool Plain(unsigned char c) { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\'; }
+
+}  // namespace
+
 bool AppendJsonString(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
+  out.reserve(out.size() + s.size() + 2);
   out.push_back('"');
   for (size_t i = 0; i < s.size(); ++i) {
+    // A run of plain characters (most strings are one) is copied at once.
+    size_t run = i;
+    while (run < s.size() && Plain(static_cast<unsigned char>(s[run]))) ++run;
+    if (run > i) {
+      out.append(s.data() + i, run - i);
+      if (run == s.size()) break;
+      i = run;
+    }
     const auto c = static_cast<unsigned char>(s[i]);
     switch (c) {
       case '"':
