@@ -152,5 +152,22 @@ TEST(ReviewCallTest, MatchesTheReferenceOnBadReviews) {
       R"("kind":{"version":"v1","kind":"Pod"},"operation":"CREATE","object":{},"object":null}})");
 }
 
+// Tests that the objects go to wisp-policy as the body has them (copied, not written out again),
+// escapes and spacing included, and that a key spelled with an escape still finds them.
+TEST(ReviewCallTest, ObjectsAreTheBodysText) {
+  const std::string object = R"({"kind": "Pod",  "metadata": {"name": "l\u00e9"}})";
+  const std::string old = R"({"kind":"Pod"})";
+  const std::string body =
+      R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u",
+      "kind":{"group":"","version":"v1","kind":"Pod"},"operation":"UPDATE",
+      "obj\u0065ct": )" +
+      object + R"(, "oldObject":)" + old + "}}";
+  auto got = ParseReviewCall(body, "1.30");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->call.object_json(), object);
+  EXPECT_EQ(got->call.old_object_json(), old);
+  ExpectSame(body);
+}
+
 }  // namespace
 }  // namespace wisp::gateway::admission
