@@ -1,6 +1,6 @@
 // Rule a: the token sidecar for annotated pods (GCSFuse PR 428, adapted to wisp).
 #include <algorithm>
-#include <cstdio>
+#include <charconv>
 
 #include "policy/src/rules_internal.hpp"
 #include "wisp/k8s/json_writer.hpp"
@@ -64,12 +64,15 @@ absl::StatusOr<std::string> UserSidecarImage(const PodFacts& pod) {
 }
 
 // "1.29", "v1.29.3", "1.29+" -> {1, 29}; nullopt when unreadable.
-std::optional<std::pair<int, int>> ParseServerVersion(const std::string& v) {
+std::optional<std::pair<int, int>> ParseServerVersion(std::string_view v) {
+  if (!v.empty() && v.front() == 'v') v.remove_prefix(1);
   int major = 0;
   int minor = 0;
-  const char* s = v.c_str();
-  if (*s == 'v') ++s;
-  if (std::sscanf(s, "%d.%d", &major, &minor) != 2) return std::nullopt;
+  const char* end = v.data() + v.size();
+  auto [dot, e1] = std::from_chars(v.data(), end, major);
+  if (e1 != std::errc() || dot == end || *dot != '.') return std::nullopt;
+  auto [rest, e2] = std::from_chars(dot + 1, end, minor);
+  if (e2 != std::errc()) return std::nullopt;
   return std::make_pair(major, minor);
 }
 

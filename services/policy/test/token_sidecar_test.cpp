@@ -158,6 +158,8 @@ TEST(TokenSidecarTest, NativeSidecarSelection) {
       {"1.29+", NativeSidecarMode::kAuto, "", true, 0},
       {"2.0", NativeSidecarMode::kAuto, "", true, 0},
       {"", NativeSidecarMode::kAuto, "", false, 1},
+      {"1", NativeSidecarMode::kAuto, "", false, 1},
+      {"one.29", NativeSidecarMode::kAuto, "", false, 1},
       {"1.20", NativeSidecarMode::kOn, "", true, 0},
       {"1.30", NativeSidecarMode::kOff, "", false, 0},
       {"1.30", NativeSidecarMode::kAuto, R"(,"wisp.dev/enable-native-sidecar":"false")", false, 0},
