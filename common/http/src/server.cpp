@@ -46,7 +46,14 @@ namespace bhttp = boost::beast::http;
 namespace ssl = boost::asio::ssl;
 using tcp = asio::ip::tcp;
 using local = asio::local::stream_protocol;
-using LocalStream = beast::basic_stream<local>;
+// Streams on their io_context's own executor type rather than the type-erased any_io_executor:
+// every asynchronous step copies and queries its executor, which type erasure made about 5% of
+// the gateway's CPU at the admission peak. A connection lives on one io_context (one thread).
+using Executor = asio::io_context::executor_type;
+using TcpSocket = tcp::socket::rebind_executor<Executor>::other;
+using LocalSocket = local::socket::rebind_executor<Executor>::other;
+using TcpStream = beast::basic_stream<tcp, Executor>;
+using LocalStream = beast::basic_stream<local, Executor>;
 
 struct Route {
   std::string method;
@@ -217,7 +224,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
 
  private:
   static constexpr bool kTls =
-      !std::is_same_v<Stream, beast::tcp_stream> && !std::is_same_v<Stream, LocalStream>;
+      !std::is_same_v<Stream, TcpStream> && !std::is_same_v<Stream, LocalStream>;
 
   void Read() {
     if (core_->stopping) return Close();
@@ -724,7 +731,7 @@ class BeastServer final : public Server {
   }
 
   void AcceptTcp() {
-    tcp_acceptor_->async_accept(NextIoc(), [this](beast::error_code ec, tcp::socket s) {
+    tcp_acceptor_->async_accept(NextIoc(), [this](beast::error_code ec, TcpSocket s) {
       if (ec) {
         if (ec != asio::error::operation_aborted && !core_->stopping) AcceptTcp();
         return;
@@ -734,13 +741,12 @@ class BeastServer final : public Server {
       std::string remote = s.remote_endpoint(ignored).address().to_string();
       if (tls_enabled_) {
         auto ctx = CurrentTls();
-        using TlsStream = beast::ssl_stream<beast::tcp_stream>;
-        std::make_shared<Session<TlsStream>>(TlsStream(beast::tcp_stream(std::move(s)), *ctx),
-                                             core_, std::move(remote), ctx)
+        using TlsStream = beast::ssl_stream<TcpStream>;
+        std::make_shared<Session<TlsStream>>(TlsStream(TcpStream(std::move(s)), *ctx), core_,
+                                             std::move(remote), ctx)
             ->Run();
       } else {
-        std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(s)), core_,
-                                                     std::move(remote))
+        std::make_shared<Session<TcpStream>>(TcpStream(std::move(s)), core_, std::move(remote))
             ->Run();
       }
       AcceptTcp();
@@ -748,7 +754,7 @@ class BeastServer final : public Server {
   }
 
   void AcceptUnix() {
-    unix_acceptor_->async_accept(NextIoc(), [this](beast::error_code ec, local::socket s) {
+    unix_acceptor_->async_accept(NextIoc(), [this](beast::error_code ec, LocalSocket s) {
       if (ec) {
         if (ec != asio::error::operation_aborted && !core_->stopping) AcceptUnix();
         return;
