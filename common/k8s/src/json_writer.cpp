@@ -13,7 +13,6 @@ constexpr bool Plain(unsigned char c) { return c >= 0x20 && c < 0x80 && c != '"'
 
 bool AppendJsonString(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
-  out.reserve(out.size() + s.size() + 2);
   out.push_back('"');
   for (size_t i = 0; i < s.size(); ++i) {
     // A run of plain characters (most strings are one) is copied at once.

@@ -204,7 +204,7 @@ std::optional<std::string> ShapeError(const PodFacts& pod, bool native) {
 // Writes the operations of one RFC 6902 patch as JSON text.
 class PatchText {
  public:
-  PatchText() { w_.BeginArray(); }
+  PatchText() : w_(4096) { w_.BeginArray(); }  // the sidecar's patch is about 2 KiB
   // {"op":"remove","path":<path>}
   void Remove(std::string_view path) { Op("remove", path).EndObject(); }
   // {"op":"add","path":<path>,"value": ...}: the caller writes the value, then calls EndObject().

@@ -24,6 +24,10 @@ bool AppendJsonString(std::string& out, std::string_view s);
 
 class JsonWriter {
  public:
+  JsonWriter() = default;
+  // Starts with room for `capacity` bytes of text.
+  explicit JsonWriter(size_t capacity) { out_.reserve(capacity); }
+
   JsonWriter& BeginObject() { return Open('{'); }
   JsonWriter& EndObject() { return Close('}'); }
   JsonWriter& BeginArray() { return Open('['); }
