@@ -115,10 +115,8 @@ Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLook
     first_patch = std::move(sidecar.patch);
     if (!Merge(total, std::move(sidecar))) return total;
   }
-  const bool launcher = policy.rules.virt_launcher && in.pod &&
-                        in.pod->Label("kubevirt.io") != nullptr &&
-                        *in.pod->Label("kubevirt.io") == "virt-launcher";
-  if (launcher) {
+  const std::string* app = in.pod ? in.pod->Label("kubevirt.io") : nullptr;
+  if (policy.rules.virt_launcher && app != nullptr && *app == "virt-launcher") {
     absl::Status st = in.ParseObject();
     if (st.ok() && !first_patch.empty()) {
       auto patched = k8s::ApplyPatch(in.object, std::string_view(first_patch));
@@ -131,17 +129,13 @@ Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLook
     if (!st.ok()) {
       total.rule_outcomes[std::string(kRuleVirtLauncher)] = std::string(kOutcomeError);
       total.error = absl::InternalError("virt-launcher pod: " + std::string(st.message()));
-      total.patch.clear();
-      return total;
+      return total;  // an error answers without a patch
     }
   }
   Verdict launcher_verdict = EvaluateVirtLauncher(in, policy, lookup);
   std::string second_patch = std::move(launcher_verdict.patch);
   std::optional<k8s::Json> object = std::move(launcher_verdict.mutated);
-  if (!Merge(total, std::move(launcher_verdict))) {
-    if (!total.error.ok()) total.patch.clear();  // an error answers without a patch
-    return total;
-  }
+  if (!Merge(total, std::move(launcher_verdict))) return total;  // no patch with a denial or error
   total.patch = std::move(first_patch);
   AppendOperations(total.patch, second_patch);
   if (!second_patch.empty() && object) total.mutated = std::move(*object);

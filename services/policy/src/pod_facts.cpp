@@ -181,10 +181,6 @@ absl::StatusOr<PodFacts> ReadPodFacts(std::string_view json, std::string_view wh
       return absl::InvalidArgumentError(std::string(what) +
                                         " cannot be read: " + simdjson::error_message(err));
     }
-    if (root.type() != element_type::OBJECT) {
-      return absl::InvalidArgumentError(std::string(what) + " is not an object");
-    }
-    return FromRoot(root);
   }
   if (root.type() != element_type::OBJECT) {
     return absl::InvalidArgumentError(std::string(what) + " is not an object");

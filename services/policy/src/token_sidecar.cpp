@@ -12,7 +12,6 @@ namespace {
 
 using internal::Deny;
 using internal::Outcome;
-using k8s::Json;
 
 constexpr std::string_view kRule = kRuleTokenSidecar;
 
