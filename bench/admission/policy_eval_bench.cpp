@@ -41,8 +41,8 @@ BENCHMARK(GatewayParseReview);
 
 using PodTree = wisp::policy::AdmissionInput::PodTree;
 
-// The bus message to the rules' input: on the mutate path the pod's facts only (kDefer), on the
-// validate path its nlohmann tree as well (kParse).
+// The bus message to the rules' input: the pod's facts only, as wisp-policy reads a pod (kDefer),
+// or its nlohmann tree as well (kParse: what the tree costs, for a rule that would need it).
 void PolicyParseObject(benchmark::State& state, PodTree tree) {
   const std::string wire = Call().SerializeAsString();
   for (auto _ : state) {
@@ -52,8 +52,8 @@ void PolicyParseObject(benchmark::State& state, PodTree tree) {
     benchmark::DoNotOptimize(in);
   }
 }
-BENCHMARK_CAPTURE(PolicyParseObject, mutate_facts, PodTree::kDefer);
-BENCHMARK_CAPTURE(PolicyParseObject, validate_tree, PodTree::kParse);
+BENCHMARK_CAPTURE(PolicyParseObject, facts, PodTree::kDefer);
+BENCHMARK_CAPTURE(PolicyParseObject, facts_and_tree, PodTree::kParse);
 
 // The verdict to the reply body (the patch JSON, warnings, annotations). The rules'
 // own share is PolicyWholeRequest less this and PolicyParseObject.

@@ -11,41 +11,36 @@ namespace wisp::policy {
 using internal::Deny;
 using internal::Index;
 using internal::Outcome;
-using k8s::Json;
 
 Verdict EvaluatePodTokenAudiences(const AdmissionInput& in, const Policy& policy) {
   constexpr std::string_view kRule = kRulePodTokenAudiences;
   if (!policy.rules.pod_token_audiences) return Outcome(kRule, kOutcomeDisabled);
-  if (!in.Is("", "Pod") || in.call.operation() != "CREATE" || !in.object.is_object()) {
+  if (!in.Is("", "Pod") || in.call.operation() != "CREATE" || !in.pod) {
     return Outcome(kRule, kOutcomeSkipped);
   }
   const std::string ns = in.Namespace();
   std::vector<std::string> causes;
-  const Json& volumes = k8s::GetArray(in.object, {"spec", "volumes"});
-  for (size_t i = 0; i < volumes.size(); ++i) {
-    const std::string vf = Index("spec.volumes", i);
-    const Json& sources = k8s::GetArray(volumes[i], {"projected", "sources"});
-    for (size_t j = 0; j < sources.size(); ++j) {
-      const Json* token = k8s::Find(sources[j], {"serviceAccountToken"});
-      if (token == nullptr) continue;
-      const std::string tf = Index(vf + ".projected.sources", j) + ".serviceAccountToken";
-      std::string audience = k8s::GetString(*token, {"audience"});
-      if (!AudienceAllowed(policy, ns, audience)) {
-        causes.push_back(internal::AudienceForbidden(tf + ".audience", audience, ns, policy));
+  for (const auto& volume : in.pod->volumes) {
+    const std::string vf = Index("spec.volumes", volume.index);
+    for (const auto& token : volume.projected_tokens) {
+      const std::string tf =
+          Index(vf + ".projected.sources", token.source_index) + ".serviceAccountToken";
+      if (!AudienceAllowed(policy, ns, token.audience)) {
+        causes.push_back(internal::AudienceForbidden(tf + ".audience", token.audience, ns, policy));
       }
-      if (auto exp = k8s::GetInt(*token, {"expirationSeconds"})) {
-        internal::ValidateLifetime(*exp, tf + ".expirationSeconds", policy, causes);
+      if (token.expiration_seconds) {
+        internal::ValidateLifetime(*token.expiration_seconds, tf + ".expirationSeconds", policy,
+                                   causes);
       }
     }
     // wisp's own CSI token volumes carry the audience as a volume attribute.
-    if (k8s::GetString(volumes[i], {"csi", "driver"}) == kWispCsiDriver) {
+    if (volume.csi_driver == kWispCsiDriver) {
       const std::string af = vf + ".csi.volumeAttributes";
-      std::string audience = k8s::GetString(volumes[i], {"csi", "volumeAttributes", "audience"});
-      if (!AudienceAllowed(policy, ns, audience)) {
-        causes.push_back(internal::AudienceForbidden(af + ".audience", audience, ns, policy));
+      if (!AudienceAllowed(policy, ns, volume.csi_audience)) {
+        causes.push_back(
+            internal::AudienceForbidden(af + ".audience", volume.csi_audience, ns, policy));
       }
-      std::string exp =
-          k8s::GetString(volumes[i], {"csi", "volumeAttributes", "expirationSeconds"});
+      const std::string& exp = volume.csi_expiration_seconds;
       if (!exp.empty()) {
         if (exp.size() > 12 || exp.find_first_not_of("0123456789") != std::string::npos) {
           causes.push_back(af + ".expirationSeconds: Invalid value: " + k8s::Quote(exp) +

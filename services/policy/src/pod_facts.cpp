@@ -96,6 +96,35 @@ PodFacts::Container ReadContainer(element e) {
   return c;
 }
 
+PodFacts::Volume ReadVolume(element v, size_t index) {
+  PodFacts::Volume vol;
+  vol.index = index;
+  vol.name = String(Member(v, "name"));
+  vol.empty_dir = Member(v, "emptyDir").has_value();
+  if (auto projected = Member(v, "projected")) {
+    auto sources = Member(*projected, "sources");
+    if (ShapeOf(sources, element_type::ARRAY) == Shape::kExpected) {
+      size_t j = 0;
+      for (element source : ArrayOf(*sources)) {
+        if (auto token = Member(source, "serviceAccountToken")) {
+          vol.projected_tokens.push_back(
+              {j, String(Member(*token, "audience")), Int(Member(*token, "expirationSeconds"))});
+        }
+        ++j;
+      }
+    }
+  }
+  if (auto csi = Member(v, "csi")) {
+    vol.csi_driver = String(Member(*csi, "driver"));
+    if (auto attrs = Member(*csi, "volumeAttributes")) {
+      vol.identity_provider = String(Member(*attrs, "identityProvider"));
+      vol.csi_audience = String(Member(*attrs, "audience"));
+      vol.csi_expiration_seconds = String(Member(*attrs, "expirationSeconds"));
+    }
+  }
+  return vol;
+}
+
 void ReadContainers(std::optional<element> list, Shape& shape,
                     std::vector<PodFacts::Container>& out) {
   shape = ShapeOf(list, element_type::ARRAY);
@@ -130,18 +159,10 @@ PodFacts FromRoot(element root) {
       pod.volumes.clear();
       pod.volumes_shape = ShapeOf(value, element_type::ARRAY);
       if (pod.volumes_shape != Shape::kExpected) continue;
+      size_t index = 0;
       for (element v : ArrayOf(value)) {
-        if (v.type() != element_type::OBJECT) continue;
-        PodFacts::Volume vol;
-        vol.name = String(Member(v, "name"));
-        vol.empty_dir = Member(v, "emptyDir").has_value();
-        if (auto csi = Member(v, "csi")) {
-          vol.csi_driver = String(Member(*csi, "driver"));
-          if (auto attrs = Member(*csi, "volumeAttributes")) {
-            vol.identity_provider = String(Member(*attrs, "identityProvider"));
-          }
-        }
-        pod.volumes.push_back(std::move(vol));
+        if (v.type() == element_type::OBJECT) pod.volumes.push_back(ReadVolume(v, index));
+        ++index;
       }
     }
   }

@@ -1,7 +1,7 @@
 #pragma once
-// What the pod-mutating rules read of a Pod, taken from its JSON text in one pass over simdjson's
-// DOM. The mutate path then needs no nlohmann tree of the pod: building that tree cost more than
-// the token-sidecar rule itself.
+// What the pod rules (the token sidecar, the token audiences) read of a Pod, taken from its JSON
+// text in one pass over simdjson's DOM. wisp-policy then needs no nlohmann tree of the pod:
+// building that tree cost more than the token-sidecar rule itself.
 //
 // Contract:
 //   - ReadPodFacts accepts exactly what k8s::ParseJson accepts, and fails with its messages
@@ -48,11 +48,21 @@ struct PodFacts {
     Shape env_shape = Shape::kAbsent;
     std::vector<std::string> env_names;  // "" for an entry without a string name
   };
+  // A projected source with a serviceAccountToken member (of any value).
+  struct ProjectedToken {
+    size_t source_index = 0;                    // in projected.sources
+    std::string audience;                       // serviceAccountToken.audience
+    std::optional<int64_t> expiration_seconds;  // serviceAccountToken.expirationSeconds
+  };
   struct Volume {
+    size_t index = 0;  // in spec.volumes
     std::string name;
-    bool empty_dir = false;         // has an emptyDir member (of any value)
-    std::string csi_driver;         // csi.driver
-    std::string identity_provider;  // csi.volumeAttributes.identityProvider
+    bool empty_dir = false;  // has an emptyDir member (of any value)
+    std::vector<ProjectedToken> projected_tokens;
+    std::string csi_driver;              // csi.driver
+    std::string identity_provider;       // csi.volumeAttributes.identityProvider
+    std::string csi_audience;            // csi.volumeAttributes.audience
+    std::string csi_expiration_seconds;  // csi.volumeAttributes.expirationSeconds
   };
 
   std::string namespace_name;  // metadata.namespace
@@ -65,7 +75,7 @@ struct PodFacts {
   Shape init_containers_shape = Shape::kAbsent;
   std::vector<Container> init_containers;
   Shape volumes_shape = Shape::kAbsent;
-  std::vector<Volume> volumes;  // object elements only (others cannot be named)
+  std::vector<Volume> volumes;  // object elements only (others have nothing to read)
 
   const std::string* Annotation(std::string_view key) const;
   const std::string* Label(std::string_view key) const;

@@ -96,11 +96,10 @@ absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(const v1::AdmissionCa
   }
   const int64_t now =
       std::chrono::duration_cast<std::chrono::seconds>(clock_.Now().time_since_epoch()).count();
-  // The mutate path leaves a pod's tree unbuilt unless a rule needs it (see EvaluateMutate).
-  WISP_ASSIGN_OR_RETURN(
-      AdmissionInput in,
-      AdmissionInput::FromCall(
-          call, now, mutate ? AdmissionInput::PodTree::kDefer : AdmissionInput::PodTree::kParse));
+  // A pod's tree is left unbuilt unless a rule needs it: the pod rules read its facts, and only
+  // the virt-launcher rule asks for the tree (see EvaluateMutate).
+  WISP_ASSIGN_OR_RETURN(AdmissionInput in,
+                        AdmissionInput::FromCall(call, now, AdmissionInput::PodTree::kDefer));
   RecordLookup lookup = [this](std::string_view bucket,
                                std::string_view key) -> absl::StatusOr<std::optional<std::string>> {
     bus::KeyValue* kv = Bucket(bucket);

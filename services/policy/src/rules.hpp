@@ -91,7 +91,8 @@ using RecordLookup = std::function<absl::StatusOr<std::optional<std::string>>(
 
 struct AdmissionInput {
   // How FromCall reads a Pod's object: into `pod` and `object` both, or into `pod` alone, the
-  // tree left to ParseObject() (the mutate path: only the virt-launcher rule needs it).
+  // tree left to ParseObject() (wisp-policy: of the pod rules only the virt-launcher rule needs
+  // the tree, and EvaluateMutate builds it then).
   enum class PodTree { kParse, kDefer };
 
   v1::AdmissionCall call;

@@ -81,6 +81,33 @@ TEST(PodTokenAudiencesTest, WispCsiVolumeAttributes) {
       "a whole number of seconds");
 }
 
+// Tests that causes name the volume and source by their index in the pod, elements the rule
+// skips included, and that the answer is the same with the pod's tree deferred (as wisp-policy
+// reads pods).
+TEST(PodTokenAudiencesTest, FieldsNameTheirIndex) {
+  Policy p;
+  p.audiences["*"] = {"wisp"};
+  auto in = testing::Pod(R"({"metadata":{"name":"p"},"spec":{"containers":[{"name":"a"}],
+    "volumes":[7,{"name":"t","projected":{"sources":[{"configMap":{"name":"c"}},
+      {"serviceAccountToken":{"audience":"bad","expirationSeconds":3600,"path":"t"}}]}},
+      {"name":"c","csi":{"driver":"csi.wisp.dev","volumeAttributes":{"audience":"wisp",
+        "expirationSeconds":"60"}}}]}})",
+                         "ml");
+  Verdict v = EvaluatePodTokenAudiences(in, p);
+  EXPECT_FALSE(v.allowed);
+  EXPECT_EQ(v.code, 403);
+  EXPECT_EQ(v.message,
+            "spec.volumes[1].projected.sources[1].serviceAccountToken.audience: Forbidden: "
+            "audience \"bad\" is not allowed in namespace \"ml\" (allowed: \"wisp\"), "
+            "spec.volumes[2].csi.volumeAttributes.expirationSeconds: Invalid value: 60: may not "
+            "specify a duration less than 10 minutes");
+  auto deferred = AdmissionInput::FromCall(in.call, in.now_unix, AdmissionInput::PodTree::kDefer);
+  ASSERT_TRUE(deferred.ok()) << deferred.status();
+  Verdict d = EvaluateValidate(*deferred, p, testing::NoRecords());
+  EXPECT_EQ(d.message, v.message);
+  EXPECT_TRUE(deferred->object.is_null());
+}
+
 // Tests that the mutate path chains rules and the validate path dispatches by kind.
 TEST(DispatchTest, MutateAndValidate) {
   auto in =
