@@ -100,6 +100,11 @@ Verdict Deny(std::string_view rule, const std::vector<std::string>& causes, int3
   return v;
 }
 
+bool IsVirtLauncherPod(const AdmissionInput& in) {
+  const std::string* app = in.pod ? in.pod->Label("kubevirt.io") : nullptr;
+  return in.Is("", "Pod") && app != nullptr && *app == "virt-launcher";
+}
+
 Verdict Outcome(std::string_view rule, std::string_view outcome) {
   Verdict v;
   v.rule_outcomes[std::string(rule)] = std::string(outcome);

@@ -110,8 +110,7 @@ Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLook
     first_patch = std::move(sidecar.patch);
     if (!Merge(total, std::move(sidecar))) return total;
   }
-  const std::string* app = in.pod ? in.pod->Label("kubevirt.io") : nullptr;
-  if (policy.rules.virt_launcher && app != nullptr && *app == "virt-launcher") {
+  if (policy.rules.virt_launcher && internal::IsVirtLauncherPod(in)) {
     absl::Status st = in.ParseObject();
     if (st.ok() && !first_patch.empty()) {
       auto patched = k8s::ApplyPatch(in.object, std::string_view(first_patch));

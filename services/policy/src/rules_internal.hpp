@@ -9,6 +9,10 @@ namespace wisp::policy::internal {
 
 std::string JoinCauses(const std::vector<std::string>& causes);
 
+// A Pod labelled kubevirt.io=virt-launcher (from its facts): the pods the virt-launcher rule is
+// for.
+bool IsVirtLauncherPod(const AdmissionInput& in);
+
 // A denial by `rule` carrying every cause.
 Verdict Deny(std::string_view rule, const std::vector<std::string>& causes, int32_t code,
              std::string reason);

@@ -20,31 +20,32 @@ std::string BoolValuesMessage(std::string_view annotation) {
          " are 'True', 'true', 'false' or 'False'";
 }
 
-// GCSFuse's ValidatePodHasSidecarContainerInjected, for wisp's names: a container or init
-// container named wisp-sidecar that runs as 65534:65534 and mounts the socket volume at its path,
-// and the pod has that volume as an emptyDir. A container that merely has the name is the user's
-// way to pick the image (see UserSidecar), not an injected sidecar.
-bool SidecarInjected(const PodFacts& pod) {
-  auto socket = std::find_if(pod.volumes.begin(), pod.volumes.end(),
-                             [](const PodFacts::Volume& v) { return v.name == kSocketVolume; });
-  if (socket == pod.volumes.end() || !socket->empty_dir) return false;
-  for (const auto* list : {&pod.containers, &pod.init_containers}) {
-    auto c = std::find_if(list->begin(), list->end(),
-                          [](const PodFacts::Container& c) { return c.name == kSidecarName; });
-    if (c == list->end() || c->run_as_user != 65534 || c->run_as_group != 65534) continue;
-    for (const auto& m : c->volume_mounts) {
-      if (m.name == kSocketVolume && m.mount_path == kSocketDir) return true;
-    }
-  }
-  return false;
-}
-
 // The index of the first container named wisp-sidecar in `list`, or nullopt.
 std::optional<size_t> FindSidecar(const std::vector<PodFacts::Container>& list) {
   for (size_t i = 0; i < list.size(); ++i) {
     if (list[i].name == kSidecarName) return i;
   }
   return std::nullopt;
+}
+
+// GCSFuse's ValidatePodHasSidecarContainerInjected, for wisp's names: a container or init
+// container named wisp-sidecar that runs as 65534:65534 and mounts the socket volume at its path,
+// and the pod has that volume as an emptyDir. A container that merely has the name is the user's
+// way to pick the image (see UserSidecarImage), not an injected sidecar.
+bool SidecarInjected(const PodFacts& pod) {
+  auto socket = std::find_if(pod.volumes.begin(), pod.volumes.end(),
+                             [](const PodFacts::Volume& v) { return v.name == kSocketVolume; });
+  if (socket == pod.volumes.end() || !socket->empty_dir) return false;
+  for (const auto* list : {&pod.containers, &pod.init_containers}) {
+    const auto i = FindSidecar(*list);
+    if (!i) continue;
+    const PodFacts::Container& c = (*list)[*i];
+    if (c.run_as_user != 65534 || c.run_as_group != 65534) continue;
+    for (const auto& m : c.volume_mounts) {
+      if (m.name == kSocketVolume && m.mount_path == kSocketDir) return true;
+    }
+  }
+  return false;
 }
 
 // GCSFuse's ParseSidecarContainerImage: a container named wisp-sidecar declared by the user is
@@ -208,36 +209,23 @@ class PatchText {
   void Remove(std::string_view path) { Op("remove", path).EndObject(); }
   // {"op":"add","path":<path>,"value": ...}: the caller writes the value, then calls EndObject().
   k8s::JsonWriter& Add(std::string_view path) { return Op("add", path).Key("value"); }
-  bool empty() const { return ops_ == 0; }
   bool ok() const { return w_.ok(); }
   std::string Take() { return w_.EndArray().Take(); }
 
  private:
   k8s::JsonWriter& Op(std::string_view op, std::string_view path) {
-    ++ops_;
     return w_.BeginObject().Key("op").String(op).Key("path").String(path);
   }
   k8s::JsonWriter w_;
-  size_t ops_ = 0;
 };
 
-// Adds `value` (written by `write`) at `index` of the array `path`, or creates the array holding
-// just it when `exists` is false.
+// Adds `value` (written by `write`) to the array `path` at `at` (an index, or "-" for the end),
+// or creates the array holding just it when `exists` is false.
 template <typename Write>
-void InsertInto(PatchText& patch, std::string_view path, bool exists, size_t index, Write write) {
+void AddElement(PatchText& patch, std::string_view path, bool exists, std::string_view at,
+                Write write) {
   std::string pointer(path);
-  if (exists) pointer.append("/").append(std::to_string(index));
-  k8s::JsonWriter& w = patch.Add(pointer);
-  if (!exists) w.BeginArray();
-  write(w);
-  if (!exists) w.EndArray();
-  w.EndObject();
-}
-
-template <typename Write>
-void AppendTo(PatchText& patch, std::string_view path, bool exists, Write write) {
-  std::string pointer(path);
-  if (exists) pointer.append("/-");
+  if (exists) pointer.append("/").append(at);
   k8s::JsonWriter& w = patch.Add(pointer);
   if (!exists) w.BeginArray();
   write(w);
@@ -412,14 +400,14 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
   const bool list_exists =
       (sidecar.native ? pod.init_containers_shape : pod.containers_shape) == Shape::kExpected;
   const size_t at = InsertIndex(list);
-  InsertInto(patch, sidecar.native ? "/spec/initContainers" : "/spec/containers", list_exists, at,
-             [&](k8s::JsonWriter& w) { WriteSidecar(w, sidecar, policy); });
+  AddElement(patch, sidecar.native ? "/spec/initContainers" : "/spec/containers", list_exists,
+             std::to_string(at), [&](k8s::JsonWriter& w) { WriteSidecar(w, sidecar, policy); });
   list.insert(list.begin() + static_cast<std::ptrdiff_t>(std::min(at, list.size())), nullptr);
 
   // Volumes go first, as GCSFuse prepends its own; a user-defined volume of the same name wins.
   bool volumes_exist = pod.volumes_shape == Shape::kExpected;
   if (!pod.HasVolume(kTokenVolume)) {
-    InsertInto(patch, "/spec/volumes", volumes_exist, 0, [&](k8s::JsonWriter& w) {
+    AddElement(patch, "/spec/volumes", volumes_exist, "0", [&](k8s::JsonWriter& w) {
       w.BeginObject().Key("name").String(kTokenVolume).Key("projected").BeginObject();
       w.Key("sources").BeginArray().BeginObject().Key("serviceAccountToken").BeginObject();
       if (!sidecar.audience.empty()) w.Key("audience").String(sidecar.audience);
@@ -430,7 +418,7 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
     volumes_exist = true;
   }
   if (!pod.HasVolume(kSocketVolume)) {
-    InsertInto(patch, "/spec/volumes", volumes_exist, 0, [&](k8s::JsonWriter& w) {
+    AddElement(patch, "/spec/volumes", volumes_exist, "0", [&](k8s::JsonWriter& w) {
       w.BeginObject().Key("name").String(kSocketVolume);
       w.Key("emptyDir").BeginObject().Key("medium").String("Memory").EndObject().EndObject();
     });
@@ -448,16 +436,18 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
         std::find(c->env_names.begin(), c->env_names.end(), kTokenUrlEnv) != c->env_names.end();
     const std::string base = "/spec/containers/" + std::to_string(i);
     if (!mounted) {
-      AppendTo(patch, base + "/volumeMounts", c->volume_mounts_shape == Shape::kExpected,
-               [](k8s::JsonWriter& w) {
-                 w.BeginObject().Key("name").String(kSocketVolume);
-                 w.Key("mountPath").String(kSocketDir).EndObject();
-               });
+      AddElement(patch, base + "/volumeMounts", c->volume_mounts_shape == Shape::kExpected, "-",
+                 [](k8s::JsonWriter& w) {
+                   w.BeginObject().Key("name").String(kSocketVolume);
+                   w.Key("mountPath").String(kSocketDir).EndObject();
+                 });
     }
     if (!has_url) {
-      AppendTo(patch, base + "/env", c->env_shape == Shape::kExpected, [](k8s::JsonWriter& w) {
-        w.BeginObject().Key("name").String(kTokenUrlEnv).Key("value").String(kTokenUrl).EndObject();
-      });
+      AddElement(patch, base + "/env", c->env_shape == Shape::kExpected, "-",
+                 [](k8s::JsonWriter& w) {
+                   w.BeginObject().Key("name").String(kTokenUrlEnv);
+                   w.Key("value").String(kTokenUrl).EndObject();
+                 });
     }
   }
   if (!patch.ok()) {

@@ -391,8 +391,8 @@ Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
                              const RecordLookup& lookup) {
   constexpr std::string_view kRule = kRuleVirtLauncher;
   if (!policy.rules.virt_launcher) return Outcome(kRule, kOutcomeDisabled);
-  if (!in.Is("", "Pod") || in.call.operation() != "CREATE" || !in.object.is_object() ||
-      k8s::Label(in.object, "kubevirt.io") != "virt-launcher") {
+  if (!internal::IsVirtLauncherPod(in) || in.call.operation() != "CREATE" ||
+      !in.object.is_object()) {
     return Outcome(kRule, kOutcomeSkipped);
   }
   const Json& pod = in.object;
