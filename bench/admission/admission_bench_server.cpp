@@ -1,5 +1,9 @@
 // admission_bench_server: the gateway's admission door alone (HTTPS -> AdmissionHandler -> NATS ->
 // wisp-policy), so bench/admission/run.sh measures exactly that path without CSI, OIDC or uploads.
+// With --fixed-response it answers POST /mutate with that file at once, on the same HTTPS server:
+// run.sh's HTTPS floor (FLOORS=1), the serving cost without the admission work or the bus.
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "admission/admission_handler.hpp"
@@ -9,7 +13,7 @@
 int main(int argc, char** argv) {
   using namespace wisp;
   runtime::CommonSettings common{.metrics_address = "127.0.0.1:0"};
-  std::string cert, key, failure_mode = "closed";
+  std::string cert, key, failure_mode = "closed", fixed_file;
   int64_t port = 18443, threads = 8;
   config::Flags flags("admission_bench_server",
                       "HTTPS admission webhooks over NATS, for benchmarks");
@@ -19,6 +23,8 @@ int main(int argc, char** argv) {
   flags.String("tls-cert", &cert, "PEM certificate.");
   flags.String("tls-key", &key, "PEM key.");
   flags.Enum("failure-mode", &failure_mode, {"closed", "open"}, "Admission failure mode.");
+  flags.String("fixed-response", &fixed_file,
+               "Answer POST /mutate with this JSON file at once, without the admission handler.");
   flags.ParseOrExit(argc, argv);
   auto process = runtime::Process::Start("admission-bench", common);
   if (!process.ok()) return runtime::Fail("admission_bench_server", process.status());
@@ -33,7 +39,21 @@ int main(int argc, char** argv) {
                                       .threads = static_cast<int>(threads),
                                       .name = "admission-bench"});
   if (!server.ok()) return runtime::Fail("admission_bench_server", server.status());
-  gateway::admission::RegisterAdmissionRoutes(**server, handler);
+  if (fixed_file.empty()) {
+    gateway::admission::RegisterAdmissionRoutes(**server, handler);
+  } else {
+    std::ifstream f(fixed_file);
+    if (!f) {
+      return runtime::Fail("admission_bench_server",
+                           absl::NotFoundError("fixed-response: cannot read " + fixed_file));
+    }
+    std::stringstream body;
+    body << f.rdbuf();
+    (*server)->HandleAsync("POST", "/mutate",
+                           [fixed = body.str()](const http::Request&, http::Responder respond) {
+                             respond(http::Response::Json(200, fixed));
+                           });
+  }
   if (auto st = (*server)->Start(); !st.ok()) return runtime::Fail("admission_bench_server", st);
   (*process)->WaitForSignal();
   (*server)->Stop();

@@ -8,6 +8,10 @@
 #   3. ceiling: the same POST to an nginx HTTPS endpoint answering a fixed 2 KiB JSON.
 # Prints one RESULT line per phase (req/s, p50, p99), the CPU each process used per 1,000 requests
 # (utime+stime from /proc, so it stays meaningful on a busy machine), and the peak/ceiling ratio.
+# With FLOORS=1, two more phases between peak and ceiling say what no change to one part can go
+# below: "floor-bus", the same path with wisp-policy replaced by admission_null_policy (one verdict
+# computed at start), and "floor-https", the same HTTPS server answering the real answer at once
+# (admission_bench_server --fixed-response: no parsing, no bus).
 # Environment: RATE, PACED_CONNS, WRK_THREADS (2), HTTP_THREADS (admission server, 2),
 # SERVE_THREADS (wisp-policy, 2), NATS_GOGC (nats-server's GOGC, 400 as deployed), NATS_GOMAXPROCS
 # (1, as docker-compose and scripts/local-up run it on a machine shared with the stack).
@@ -114,8 +118,9 @@ NGINX_PIDS=$(echo "$NGINX_PID" $(cat /proc/"$NGINX_PID"/task/*/children) | tr ' 
 
 # Sanity: the admission answer is a real mutation.
 curl -sk -H 'Content-Type: application/json' --data-binary @"$WORK/review.json" \
-  "https://127.0.0.1:$ADM_PORT/mutate?timeout=10s" | python3 -c \
-  'import json,sys; r=json.load(sys.stdin)["response"]; assert r["allowed"] and r["patchType"]=="JSONPatch", r; print("check: allowed with a", len(r["patch"]), "byte base64 patch")'
+  "https://127.0.0.1:$ADM_PORT/mutate?timeout=10s" > "$WORK/answer.json"
+python3 -c 'import json,sys; r=json.load(sys.stdin)["response"]; assert r["allowed"] and r["patchType"]=="JSONPatch", r; print("check: allowed with a", len(r["patch"]), "byte base64 patch")' \
+  < "$WORK/answer.json"
 
 export BODY_FILE="$WORK/review.json" WRK_THREADS="$THREADS" RATE
 TCK=$(getconf CLK_TCK)
@@ -153,14 +158,54 @@ run_wrk steady "${WISP_PROCS[@]}" -- -t"$THREADS" -c"$PACED_CONNS" -d"$DURATION"
 echo "== peak: wisp admission (HTTPS -> admission -> NATS -> wisp-policy), $CONNS connections, $DURATION"
 run_wrk peak "${WISP_PROCS[@]}" -- -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency \
   -s "$HERE/post.lua" "$URL"
+if [[ ${FLOORS:-0} == 1 ]]; then
+  kill "$POLICY_PID"
+  wait "$POLICY_PID" 2>/dev/null || true
+  "$BIN/admission_null_policy" --nats-url "nats://127.0.0.1:$NATS_PORT" \
+    --metrics-address 127.0.0.1:0 --review "$WORK/review.json" \
+    --policy-file "$ROOT/deploy/local/policy.yaml" --serve-threads "${SERVE_THREADS:-2}" \
+    --log-level warn > "$WORK/null-policy.log" 2>&1 &
+  PIDS+=($!)
+  NULL_PID=$!
+  # Ready when the stand-in gives the answer wisp-policy gave.
+  for _ in $(seq 1 100); do
+    curl -sk -H 'Content-Type: application/json' --data-binary @"$WORK/review.json" \
+      "https://127.0.0.1:$ADM_PORT/mutate?timeout=1s" > "$WORK/null-answer.json" || true
+    cmp -s "$WORK/null-answer.json" "$WORK/answer.json" && break
+    sleep 0.1
+  done
+  if ! cmp -s "$WORK/null-answer.json" "$WORK/answer.json"; then
+    echo "admission_null_policy never gave wisp-policy's answer; log:" >&2
+    tail -n 5 "$WORK/null-policy.log" >&2
+    exit 1
+  fi
+  echo "== floor-bus: the same path, wisp-policy replaced by one precomputed verdict, $CONNS connections, $DURATION"
+  run_wrk floor_bus "admission=$ADM_PID" "null-policy=$NULL_PID" "nats=$NATS_PID" -- \
+    -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$HERE/post.lua" "$URL"
+  FIXED_PORT=$(free_port)
+  "$BIN/admission_bench_server" --nats-url "nats://127.0.0.1:$NATS_PORT" --port "$FIXED_PORT" \
+    --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" --http-threads "${HTTP_THREADS:-2}" \
+    --fixed-response "$WORK/answer.json" --log-level warn > "$WORK/fixed.log" 2>&1 &
+  PIDS+=($!)
+  FIXED_PID=$!
+  wait_port "$FIXED_PORT"
+  echo "== floor-https: the same HTTPS server answering the real answer at once, $CONNS connections, $DURATION"
+  run_wrk floor_https "admission=$FIXED_PID" -- -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency \
+    -s "$HERE/post.lua" "https://127.0.0.1:$FIXED_PORT/mutate"
+fi
 echo "== ceiling: nginx HTTPS fixed 2 KiB JSON, $CONNS connections, $DURATION"
 run_wrk ceiling "nginx=$NGINX_PIDS" -- -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency \
   -s "$HERE/post.lua" "https://127.0.0.1:$NGINX_PORT/"
-python3 - "$steady_line" "$peak_line" "$ceiling_line" "$RATE" <<'PY'
+python3 - "$steady_line" "$peak_line" "$ceiling_line" "$RATE" "${floor_bus_line:-}" \
+  "${floor_https_line:-}" <<'PY'
 import sys
 def field(line, key):
     return float(dict(kv.split("=") for kv in line.split()[1:])[key])
 steady, peak, ceiling, rate = sys.argv[1:4] + [float(sys.argv[4])]
+for name, line in (("floor-bus", sys.argv[5]), ("floor-https", sys.argv[6])):
+    if line:
+        print("%s: %.0f req/s = %.1f%% of the nginx ceiling" % (
+            name, field(line, "rps"), 100 * field(line, "rps") / field(ceiling, "rps")))
 print("steady: %.0f req/s achieved of %.0f, p50 %.2f ms, p99 %.2f ms (goal p99 <= 5 ms)"
       % (field(steady, "rps"), rate, field(steady, "p50_ms"), field(steady, "p99_ms")))
 print("ratio: wisp admission peak %.0f req/s = %.1f%% of the nginx ceiling %.0f req/s (goal >= 20%%)"
