@@ -69,6 +69,15 @@ struct StreamRoute {
   StreamHandler handler;
   StreamOptions options;
 };
+// What Stop() asks of every live connection (see Core::live).
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // From any thread: closes the connection on its own thread if it is waiting for a request that
+  // has not begun to arrive; else it finishes the request it has and closes after the answer.
+  virtual void CloseIfIdle() = 0;
+};
+
 // Shared by the server and its sessions; outlives both through shared_ptr.
 struct Core {
   ServerOptions options;
@@ -77,6 +86,10 @@ struct Core {
   std::shared_ptr<spdlog::logger> logger;
   std::atomic<int> sessions{0};
   std::atomic<bool> stopping{false};
+  // Every connection, so Stop() can close the idle ones at once: a client that keeps a connection
+  // alive between requests (kube-apiserver does) would otherwise hold Stop() for its whole grace.
+  std::mutex live_mu;
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> live;
   std::unique_ptr<asio::thread_pool> sync_pool;  // synchronous handlers; from Start() on
   // Connections waiting for their handler's answer, owned here rather than by the Responder: a
   // connection must not outlive the io_context its socket belongs to, so Stop() drops them while
@@ -196,7 +209,9 @@ bhttp::response<bhttp::string_body> ToBeast(Response r, unsigned version, bool k
 }
 
 template <typename Stream>
-class Session : public std::enable_shared_from_this<Session<Stream>>, public BodyReader {
+class Session : public std::enable_shared_from_this<Session<Stream>>,
+                public BodyReader,
+                public Connection {
  public:
   // `keep` holds whatever the stream refers to (the TLS context) for the session's lifetime, so a
   // certificate reload never frees a context a live connection still uses.
@@ -208,9 +223,19 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
         remote_(std::move(remote)) {
     ++core_->sessions;
   }
-  ~Session() override { --core_->sessions; }
+  ~Session() override {
+    {
+      std::lock_guard lock(core_->live_mu);
+      core_->live.erase(this);
+    }
+    --core_->sessions;
+  }
 
   void Run() {
+    {
+      std::lock_guard lock(core_->live_mu);
+      core_->live.emplace(this, this->shared_from_this());
+    }
     if constexpr (kTls) {
       beast::get_lowest_layer(stream_).expires_after(core_->options.read_timeout);
       stream_.async_handshake(ssl::stream_base::server,
@@ -226,8 +251,22 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
   static constexpr bool kTls =
       !std::is_same_v<Stream, TcpStream> && !std::is_same_v<Stream, LocalStream>;
 
+  void CloseIfIdle() override {
+    asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
+      // Nothing of a next request read yet (not even into the buffer): nobody loses an answer.
+      const bool started = self->buffer_.size() > 0 ||
+                           (self->parser_ && self->parser_->got_some()) ||
+                           (self->header_parser_ && self->header_parser_->got_some());
+      if (self->idle_ && !started) {
+        beast::error_code ignored;
+        beast::get_lowest_layer(self->stream_).socket().cancel(ignored);
+      }
+    });
+  }
+
   void Read() {
     if (core_->stopping) return Close();
+    idle_ = true;
     if (!core_->stream_routes.empty()) return ReadHeader();
     parser_.emplace();
     parser_->body_limit(core_->options.max_body_bytes);
@@ -242,6 +281,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
   }
 
   void OnRead(beast::error_code ec) {
+    idle_ = false;
     if (ec == bhttp::error::body_limit) {
       return Write(
           Response::Error(413, "request body larger than " +
@@ -317,6 +357,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
   }
 
   void OnHeader(beast::error_code ec) {
+    idle_ = false;
     if (ec) return OnRead(ec);  // the same answers as a failed whole read
     const auto& h = header_parser_->get();
     const std::string_view target(h.target().data(), h.target().size());
@@ -560,6 +601,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>, public Bod
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bool first_ = true;
+  bool idle_ = false;  // a read for the next request is pending (this connection's thread only)
   // Streaming routes only.
   std::optional<bhttp::request_parser<bhttp::empty_body>> header_parser_;
   std::optional<bhttp::request_parser<bhttp::buffer_body>> body_parser_;
@@ -682,6 +724,17 @@ class BeastServer final : public Server {
       if (tcp_acceptor_) tcp_acceptor_->close(ec);
       if (unix_acceptor_) unix_acceptor_->close(ec);
     });
+    // Connections between requests close now; the others once their request is answered (their
+    // keep-alive ends with `stopping`).
+    std::vector<std::shared_ptr<Connection>> live;
+    {
+      std::lock_guard lock(core_->live_mu);
+      for (auto& [ptr, weak] : core_->live) {
+        if (auto c = weak.lock()) live.push_back(std::move(c));
+      }
+    }
+    for (auto& c : live) c->CloseIfIdle();
+    live.clear();
     const auto until = std::chrono::steady_clock::now() + grace;
     while (core_->sessions > 0 && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

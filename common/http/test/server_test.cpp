@@ -481,6 +481,67 @@ TEST(AsyncServerTest, AnswerAfterStopIsDropped) {
 }
 
 // Tests that listen addresses parse, and bad ones are refused naming the setting.
+// Tests that Stop() closes a TLS connection kept alive between requests at once, rather than
+// waiting out its grace for a client with nothing more to send (kube-apiserver keeps its webhook
+// connections open), and that a request in progress is still answered.
+TEST(ServerStopTest, ClosesIdleConnectionsAndFinishesBusyOnes) {
+  const std::string dir = testing::TempDir() + "/wisp-http-stop";
+  std::filesystem::create_directories(dir);
+  const std::string cmd =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
+      "-subj /CN=localhost -keyout " +
+      dir + "/key.pem -out " + dir + "/cert.pem 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  auto created = Server::Create({.address = "127.0.0.1",
+                                 .port = 0,
+                                 .cert_file = dir + "/cert.pem",
+                                 .key_file = dir + "/key.pem",
+                                 .threads = 2});
+  ASSERT_TRUE(created.ok()) << created.status();
+  ServerPtr server = std::move(*created);
+  server->Handle("POST", "/echo", [](const Request&) { return Response::Json(200, "{}"); });
+  std::promise<Responder> parked;
+  server->HandleAsync("POST", "/later",
+                      [&](const Request&, Responder done) { parked.set_value(std::move(done)); });
+  ASSERT_TRUE(server->Start().ok());
+
+  asio::io_context ioc;
+  asio::ssl::context ctx(asio::ssl::context::tls_client);
+  auto connect = [&](beast::ssl_stream<beast::tcp_stream>& stream) {
+    beast::get_lowest_layer(stream).connect(
+        tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->port()));
+    stream.handshake(asio::ssl::stream_base::client);
+  };
+  beast::ssl_stream<beast::tcp_stream> idle(ioc, ctx);
+  connect(idle);
+  ASSERT_EQ(Exchange(idle, "POST", "/echo", "x").status, 200);  // now waiting for its next request
+  auto busy = std::async(std::launch::async, [&] {
+    asio::io_context busy_ioc;
+    beast::ssl_stream<beast::tcp_stream> stream(busy_ioc, ctx);
+    beast::get_lowest_layer(stream).connect(
+        tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->port()));
+    stream.handshake(asio::ssl::stream_base::client);
+    return Exchange(stream, "POST", "/later", "y");
+  });
+  Responder done = parked.get_future().get();
+
+  auto stopped = std::async(std::launch::async, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    server->Stop(std::chrono::seconds(30));
+    return std::chrono::steady_clock::now() - start;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let Stop() begin
+  done(Response::Json(200, "{\"late\":true}"));
+  Got late = busy.get();
+  EXPECT_EQ(late.status, 200);
+  EXPECT_EQ(late.body, "{\"late\":true}");
+  EXPECT_LT(stopped.get(), std::chrono::seconds(15)) << "Stop() waited for the idle connection";
+  char byte = 0;
+  beast::error_code ec;
+  beast::get_lowest_layer(idle).socket().read_some(asio::buffer(&byte, 1), ec);
+  EXPECT_TRUE(ec) << "the idle connection is still open";
+}
+
 TEST(ParseHostPortTest, ParsesAndNamesTheField) {
   auto a = ParseHostPort("metrics-address", "127.0.0.1:9090");
   ASSERT_TRUE(a.ok());

@@ -149,7 +149,8 @@ class Server {
   virtual void HandleAsync(std::string method, std::string path, AsyncHandler handler) = 0;
   virtual absl::Status Start() = 0;
   virtual uint16_t port() const = 0;
-  // Stops accepting, finishes in-flight requests (at most `grace`), joins the threads.
+  // Stops accepting, closes connections waiting between requests at once, finishes in-flight
+  // requests (at most `grace`; their connections close after the answer), joins the threads.
   virtual void Stop(std::chrono::milliseconds grace = std::chrono::seconds(5)) = 0;
 };
 using ServerPtr = std::unique_ptr<Server>;
