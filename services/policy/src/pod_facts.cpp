@@ -55,7 +55,8 @@ PodFacts::Strings StringMembers(std::optional<element> e) {
   simdjson::dom::object members;
   if (!e || e->get_object().get(members) != simdjson::SUCCESS) return out;
   for (auto [k, v] : members) {
-    auto it = std::find_if(out.begin(), out.end(), [&](const auto& kv) { return kv.first == k; });
+    const std::string_view key = k;  // a lambda cannot capture a structured binding in clang 14
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& kv) { return kv.first == key; });
     std::string_view s;
     const bool is_string = v.get_string().get(s) == simdjson::SUCCESS;
     if (it != out.end()) {
