@@ -253,7 +253,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
 
   void CloseIfIdle() override {
     asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
-      // Nothing of a next request read yet (not even into the buffer): nobody loses an answer.
+      // Nothing of a next request has reached the HTTP layer: close, as an idle timeout would.
+      // (A request whose first bytes are still inside a TLS record races this as it would race
+      // the idle timeout.)
       const bool started = self->buffer_.size() > 0 ||
                            (self->parser_ && self->parser_->got_some()) ||
                            (self->header_parser_ && self->header_parser_->got_some());
