@@ -2,6 +2,7 @@
 // read of a pod, on simdjson's DOM) against the nlohmann tree of the same text (k8s::ParseJson)
 // read with nlohmann's semantics. Aborts when they disagree: on whether the text is accepted, on
 // the error message, or on any fact the rules read (duplicates, wrong types, indices included).
+// The tree is read with k8s/objects.hpp, as the rules read pods before they had the facts.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -28,21 +29,6 @@ namespace {
 
 void Check(bool ok, const char* what) {
   if (!ok) Mismatch(what);
-}
-
-const k8s::Json* Member(const k8s::Json* j, const char* key) {
-  if (j == nullptr || !j->is_object()) return nullptr;
-  auto it = j->find(key);
-  return it == j->end() ? nullptr : &*it;
-}
-
-std::string String(const k8s::Json* j) {
-  return j != nullptr && j->is_string() ? j->get<std::string>() : "";
-}
-
-std::optional<int64_t> Int(const k8s::Json* j) {
-  if (j == nullptr || !(j->is_number_integer() || j->is_number_unsigned())) return std::nullopt;
-  return j->get<int64_t>();
 }
 
 Shape ShapeOf(const k8s::Json* j, bool want_object) {
@@ -75,27 +61,26 @@ void CheckContainers(const k8s::Json* list, Shape shape,
     const PodFacts::Container& c = got[i];
     Check(c.is_object == want.is_object(), "container is_object");
     if (!c.is_object) continue;
-    Check(c.name == String(Member(&want, "name")), "container name");
-    Check(c.image == String(Member(&want, "image")), "container image");
-    const k8s::Json* sc = Member(&want, "securityContext");
-    Check(c.run_as_user == Int(Member(sc, "runAsUser")), "runAsUser");
-    Check(c.run_as_group == Int(Member(sc, "runAsGroup")), "runAsGroup");
-    const k8s::Json* mounts = Member(&want, "volumeMounts");
+    Check(c.name == k8s::GetString(want, {"name"}), "container name");
+    Check(c.image == k8s::GetString(want, {"image"}), "container image");
+    Check(c.run_as_user == k8s::GetInt(want, {"securityContext", "runAsUser"}), "runAsUser");
+    Check(c.run_as_group == k8s::GetInt(want, {"securityContext", "runAsGroup"}), "runAsGroup");
+    const k8s::Json* mounts = k8s::Find(want, {"volumeMounts"});
     Check(c.volume_mounts_shape == ShapeOf(mounts, false), "volumeMounts shape");
     if (c.volume_mounts_shape == Shape::kExpected) {
       Check(c.volume_mounts.size() == mounts->size(), "volumeMounts count");
       for (size_t m = 0; m < c.volume_mounts.size(); ++m) {
-        const k8s::Json* mount = &(*mounts)[m];
-        Check(c.volume_mounts[m].name == String(Member(mount, "name")), "mount name");
-        Check(c.volume_mounts[m].mount_path == String(Member(mount, "mountPath")), "mountPath");
+        const k8s::Json& mount = (*mounts)[m];
+        Check(c.volume_mounts[m].name == k8s::GetString(mount, {"name"}), "mount name");
+        Check(c.volume_mounts[m].mount_path == k8s::GetString(mount, {"mountPath"}), "mountPath");
       }
     }
-    const k8s::Json* env = Member(&want, "env");
+    const k8s::Json* env = k8s::Find(want, {"env"});
     Check(c.env_shape == ShapeOf(env, false), "env shape");
     if (c.env_shape == Shape::kExpected) {
       Check(c.env_names.size() == env->size(), "env count");
       for (size_t e = 0; e < c.env_names.size(); ++e) {
-        Check(c.env_names[e] == String(Member(&(*env)[e], "name")), "env name");
+        Check(c.env_names[e] == k8s::GetString((*env)[e], {"name"}), "env name");
       }
     }
   }
@@ -106,34 +91,36 @@ void CheckVolumes(const k8s::Json* list, const PodFacts& pod) {
   size_t next = 0;
   if (pod.volumes_shape == Shape::kExpected) {
     for (size_t i = 0; i < list->size(); ++i) {
-      const k8s::Json* want = &(*list)[i];
-      if (!want->is_object()) continue;
+      const k8s::Json& want = (*list)[i];
+      if (!want.is_object()) continue;
       Check(next < pod.volumes.size(), "volume count");
       const PodFacts::Volume& v = pod.volumes[next++];
       Check(v.index == i, "volume index");
-      Check(v.name == String(Member(want, "name")), "volume name");
-      Check(v.empty_dir == (Member(want, "emptyDir") != nullptr), "emptyDir");
-      const k8s::Json* sources = Member(Member(want, "projected"), "sources");
+      Check(v.name == k8s::GetString(want, {"name"}), "volume name");
+      Check(v.empty_dir == (k8s::Find(want, {"emptyDir"}) != nullptr), "emptyDir");
+      const k8s::Json* sources = k8s::Find(want, {"projected", "sources"});
       size_t t = 0;
       if (sources != nullptr && sources->is_array()) {
         for (size_t j = 0; j < sources->size(); ++j) {
-          const k8s::Json* token = Member(&(*sources)[j], "serviceAccountToken");
+          const k8s::Json* token = k8s::Find((*sources)[j], {"serviceAccountToken"});
           if (token == nullptr) continue;
           Check(t < v.projected_tokens.size(), "projected token count");
           const PodFacts::ProjectedToken& p = v.projected_tokens[t++];
           Check(p.source_index == j, "projected source index");
-          Check(p.audience == String(Member(token, "audience")), "token audience");
-          Check(p.expiration_seconds == Int(Member(token, "expirationSeconds")),
+          Check(p.audience == k8s::GetString(*token, {"audience"}), "token audience");
+          Check(p.expiration_seconds == k8s::GetInt(*token, {"expirationSeconds"}),
                 "token expirationSeconds");
         }
       }
       Check(t == v.projected_tokens.size(), "projected token count");
-      const k8s::Json* csi = Member(want, "csi");
-      const k8s::Json* attrs = Member(csi, "volumeAttributes");
-      Check(v.csi_driver == String(Member(csi, "driver")), "csi driver");
-      Check(v.identity_provider == String(Member(attrs, "identityProvider")), "identityProvider");
-      Check(v.csi_audience == String(Member(attrs, "audience")), "csi audience");
-      Check(v.csi_expiration_seconds == String(Member(attrs, "expirationSeconds")),
+      Check(v.csi_driver == k8s::GetString(want, {"csi", "driver"}), "csi driver");
+      Check(v.identity_provider ==
+                k8s::GetString(want, {"csi", "volumeAttributes", "identityProvider"}),
+            "identityProvider");
+      Check(v.csi_audience == k8s::GetString(want, {"csi", "volumeAttributes", "audience"}),
+            "csi audience");
+      Check(v.csi_expiration_seconds ==
+                k8s::GetString(want, {"csi", "volumeAttributes", "expirationSeconds"}),
             "csi expirationSeconds");
     }
   }
@@ -157,20 +144,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   Check(facts.ok(), "refused an object ParseJson reads");
   const k8s::Json& pod = *tree;
-  const k8s::Json* metadata = Member(&pod, "metadata");
-  Check(facts->namespace_name == String(Member(metadata, "namespace")), "namespace");
-  Check(Strings(facts->annotations) == Strings(Member(metadata, "annotations")), "annotations");
-  Check(Strings(facts->labels) == Strings(Member(metadata, "labels")), "labels");
-  const k8s::Json* spec = Member(&pod, "spec");
+  Check(facts->namespace_name == k8s::GetString(pod, {"metadata", "namespace"}), "namespace");
+  Check(Strings(facts->annotations) == Strings(k8s::Find(pod, {"metadata", "annotations"})),
+        "annotations");
+  Check(Strings(facts->labels) == Strings(k8s::Find(pod, {"metadata", "labels"})), "labels");
+  const k8s::Json* spec = k8s::Find(pod, {"spec"});
   Check(facts->spec_shape == ShapeOf(spec, true), "spec shape");
   if (facts->spec_shape != Shape::kExpected) return 0;
-  const k8s::Json* host_network = Member(spec, "hostNetwork");
-  Check(facts->host_network ==
-            (host_network != nullptr && host_network->is_boolean() && host_network->get<bool>()),
-        "hostNetwork");
-  CheckContainers(Member(spec, "containers"), facts->containers_shape, facts->containers);
-  CheckContainers(Member(spec, "initContainers"), facts->init_containers_shape,
+  Check(facts->host_network == k8s::GetBool(*spec, {"hostNetwork"}), "hostNetwork");
+  CheckContainers(k8s::Find(*spec, {"containers"}), facts->containers_shape, facts->containers);
+  CheckContainers(k8s::Find(*spec, {"initContainers"}), facts->init_containers_shape,
                   facts->init_containers);
-  CheckVolumes(Member(spec, "volumes"), *facts);
+  CheckVolumes(k8s::Find(*spec, {"volumes"}), *facts);
   return 0;
 }
