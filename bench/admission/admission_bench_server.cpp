@@ -2,11 +2,10 @@
 // wisp-policy), so bench/admission/run.sh measures exactly that path without CSI, OIDC or uploads.
 // With --fixed-response it answers POST /mutate with that file at once, on the same HTTPS server:
 // run.sh's HTTPS floor (FLOORS=1), the serving cost without the admission work or the bus.
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "admission/admission_handler.hpp"
+#include "wisp/config/file_reloader.hpp"
 #include "wisp/http/server.hpp"
 #include "wisp/runtime/runtime.hpp"
 
@@ -26,6 +25,16 @@ int main(int argc, char** argv) {
   flags.String("fixed-response", &fixed_file,
                "Answer POST /mutate with this JSON file at once, without the admission handler.");
   flags.ParseOrExit(argc, argv);
+  std::string fixed;  // --fixed-response's answer, read before anything starts
+  if (!fixed_file.empty()) {
+    auto bytes = config::ReadWholeFile(fixed_file);
+    if (!bytes.ok()) {
+      return runtime::Fail(
+          "admission_bench_server",
+          absl::NotFoundError("fixed-response: " + std::string(bytes.status().message())));
+    }
+    fixed = *std::move(bytes);
+  }
   auto process = runtime::Process::Start("admission-bench", common);
   if (!process.ok()) return runtime::Fail("admission_bench_server", process.status());
   gateway::admission::AdmissionHandler handler(
@@ -42,17 +51,11 @@ int main(int argc, char** argv) {
   if (fixed_file.empty()) {
     gateway::admission::RegisterAdmissionRoutes(**server, handler);
   } else {
-    std::ifstream f(fixed_file);
-    if (!f) {
-      return runtime::Fail("admission_bench_server",
-                           absl::NotFoundError("fixed-response: cannot read " + fixed_file));
-    }
-    std::stringstream body;
-    body << f.rdbuf();
-    (*server)->HandleAsync("POST", "/mutate",
-                           [fixed = body.str()](const http::Request&, http::Responder respond) {
-                             respond(http::Response::Json(200, fixed));
-                           });
+    (*server)->HandleAsync(
+        "POST", "/mutate",
+        [fixed = std::move(fixed)](const http::Request&, http::Responder respond) {
+          respond(http::Response::Json(200, fixed));
+        });
   }
   if (auto st = (*server)->Start(); !st.ok()) return runtime::Fail("admission_bench_server", st);
   (*process)->WaitForSignal();

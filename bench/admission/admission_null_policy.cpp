@@ -2,28 +2,25 @@
 // one verdict, computed at start by the real rules from REVIEW (run.sh's review) and POLICY. With
 // it, run.sh's "floor" phase measures the admission path (HTTPS, the gateway, NATS and a serving
 // process) without wisp-policy's per-request work: what no change to the rules can go below.
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "admission/review_call.hpp"
 #include "policy/src/rules.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/config/file_reloader.hpp"
 #include "wisp/runtime/runtime.hpp"
 
 namespace {
 
 absl::StatusOr<std::string> Verdict(const std::string& review_file,
                                     const std::string& policy_file) {
-  std::ifstream f(review_file);
-  if (!f) return absl::NotFoundError("review: cannot read " + review_file);
-  std::stringstream body;
-  body << f.rdbuf();
+  auto body = wisp::config::ReadWholeFile(review_file);
+  if (!body.ok()) return absl::NotFoundError("review: " + std::string(body.status().message()));
   auto policy = wisp::policy::LoadPolicyFile(policy_file);
   if (!policy.ok()) {
     return absl::InvalidArgumentError("policy-file: " + std::string(policy.status().message()));
   }
-  auto rc = wisp::gateway::admission::ParseReviewCall(body.str(), "1.30");
+  auto rc = wisp::gateway::admission::ParseReviewCall(*body, "1.30");
   if (!rc.ok()) return absl::InvalidArgumentError("review: " + std::string(rc.status().message()));
   auto in = wisp::policy::AdmissionInput::FromCall(std::move(rc->call));
   if (!in.ok()) return absl::InvalidArgumentError("review: " + std::string(in.status().message()));
