@@ -716,6 +716,11 @@ class BeastServer final : public Server {
   }
 
   uint16_t port() const override { return port_; }
+  std::vector<asio::io_context*> IoContexts() override {
+    std::vector<asio::io_context*> out;
+    for (auto& ioc : iocs_) out.push_back(ioc.get());
+    return out;
+  }
 
   void Stop(std::chrono::milliseconds grace) override {
     if (threads_.empty()) return;

@@ -101,6 +101,7 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(std::string service,
   options.retry_on_failed_connect = true;
   options.serve_threads = static_cast<int>(settings.serve_threads);
   options.registry = &metrics::Registry();
+  process->bus_options_ = options;
   WISP_ASSIGN_OR_RETURN(process->bus_, bus::NatsBus::Connect(options));
 
   process->endpoint_ = std::make_unique<metrics::Endpoint>(metrics::SharedRegistry(), service);
@@ -124,6 +125,7 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(std::string service,
 Process::~Process() = default;
 
 bus::Bus& Process::bus() { return *bus_; }
+const bus::NatsBusOptions& Process::bus_options() const { return bus_options_; }
 prometheus::Registry& Process::registry() { return metrics::Registry(); }
 std::shared_ptr<prometheus::Registry> Process::shared_registry() {
   return metrics::SharedRegistry();

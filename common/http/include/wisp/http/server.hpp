@@ -44,6 +44,10 @@
 
 #include "wisp/status/status.hpp"
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace wisp::http {
 
 struct Request {
@@ -149,6 +153,9 @@ class Server {
   virtual void HandleAsync(std::string method, std::string path, AsyncHandler handler) = 0;
   virtual absl::Status Start() = 0;
   virtual uint16_t port() const = 0;
+  // The io_context of each I/O thread (index = thread), for parts that run on those threads (a
+  // bus connection driven by the thread's event loop). Valid from Create() until destruction.
+  virtual std::vector<boost::asio::io_context*> IoContexts() = 0;
   // Stops accepting, closes connections waiting between requests at once, finishes in-flight
   // requests (at most `grace`; their connections close after the answer), joins the threads.
   virtual void Stop(std::chrono::milliseconds grace = std::chrono::seconds(5)) = 0;

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "wisp/bus/bus.hpp"
+#include "wisp/bus/nats_bus.hpp"
 #include "wisp/bus/service.hpp"
 #include "wisp/config/flags.hpp"
 #include "wisp/metrics/metrics.hpp"
@@ -68,6 +69,9 @@ class Process {
   ~Process();
 
   bus::Bus& bus();
+  // The options bus() connected with (servers, credentials, TLS, inbox prefix, registry), for a
+  // part that opens connections of its own (the gateway's bus::LoopRequester).
+  const bus::NatsBusOptions& bus_options() const;
   prometheus::Registry& registry();
   std::shared_ptr<prometheus::Registry> shared_registry();
   metrics::Endpoint& endpoint();
@@ -93,6 +97,7 @@ class Process {
   Process() = default;
   std::string service_;
   CommonSettings settings_;
+  bus::NatsBusOptions bus_options_;
   std::unique_ptr<bus::Bus> bus_;
   std::unique_ptr<metrics::Endpoint> endpoint_;
   std::unique_ptr<bus::Service> micro_;
