@@ -1,7 +1,15 @@
 // The only file in wisp that includes nats.h (see nats_bus.hpp for the contract).
 #include "wisp/bus/nats_bus.hpp"
+#include "wisp/bus/loop_requester.hpp"
 
 #include <nats/nats.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <future>
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +28,16 @@
 
 #include "bus_metrics.hpp"
 #include "wisp/log/log.hpp"
+
+#if WISP_NATS_HAS_FILTER
+// nats.c's per-connection message filter (src/conn.h in nats.c): exported by libnats (every
+// release since 2.x) but not declared in nats.h. CMake checks that the library has it; without it
+// LoopRequester::Connect is Unimplemented. See LoopConn::Filter.
+extern "C" {
+typedef void (*natsMsgFilter)(natsConnection* nc, natsMsg** msg, void* closure);
+void natsConn_setFilterWithClosure(natsConnection* nc, natsMsgFilter f, void* closure);
+}
+#endif
 
 namespace wisp::bus {
 namespace {
@@ -1464,23 +1482,9 @@ absl::Status ValidateOptions(const NatsBusOptions& o) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<NatsBus>> NatsBus::Connect(const NatsBusOptions& options) {
-  WISP_RETURN_IF_ERROR(ValidateOptions(options));
-  auto impl = std::make_shared<Impl>();
-  impl->options = options;
-  if (options.registry != nullptr) {
-    impl->metrics = std::make_unique<BusClientMetrics>(*options.registry);
-    impl->metrics->connected.Set(0);
-  }
-  impl->callbacks = new Impl::Callbacks{impl.get()};
-  void* cb = impl->callbacks;
-
-  natsOptions* o = nullptr;
-  natsStatus s = natsOptions_Create(&o);
-  if (s != NATS_OK) return FromNats(s, "nats options");
-  std::unique_ptr<natsOptions, void (*)(natsOptions*)> guard(o, natsOptions_Destroy);
+// The options NatsBus::Connect and LoopRequester::Connect share: servers, name, authentication,
+// TLS and the inbox prefix. InvalidArgument naming the option nats.c refused.
+absl::Status SetServerOptions(natsOptions* o, const NatsBusOptions& options) {
   std::vector<const char*> urls;
   for (const auto& u : options.servers) urls.push_back(u.c_str());
   auto check = [](natsStatus st, std::string_view field) -> absl::Status {
@@ -1518,6 +1522,27 @@ absl::StatusOr<std::unique_ptr<NatsBus>> NatsBus::Connect(const NatsBusOptions& 
     WISP_RETURN_IF_ERROR(
         check(natsOptions_SetCustomInboxPrefix(o, options.inbox_prefix.c_str()), "inbox_prefix"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NatsBus>> NatsBus::Connect(const NatsBusOptions& options) {
+  WISP_RETURN_IF_ERROR(ValidateOptions(options));
+  auto impl = std::make_shared<Impl>();
+  impl->options = options;
+  if (options.registry != nullptr) {
+    impl->metrics = std::make_unique<BusClientMetrics>(*options.registry);
+    impl->metrics->connected.Set(0);
+  }
+  impl->callbacks = new Impl::Callbacks{impl.get()};
+  void* cb = impl->callbacks;
+
+  natsOptions* o = nullptr;
+  natsStatus s = natsOptions_Create(&o);
+  if (s != NATS_OK) return FromNats(s, "nats options");
+  std::unique_ptr<natsOptions, void (*)(natsOptions*)> guard(o, natsOptions_Destroy);
+  WISP_RETURN_IF_ERROR(SetServerOptions(o, options));
   natsOptions_SetTimeout(o, Ms(options.connect_timeout));
   natsOptions_SetAllowReconnect(o, true);
   natsOptions_SetMaxReconnect(o, -1);  // forever
@@ -1762,6 +1787,449 @@ absl::Status NatsBus::Drain(std::chrono::milliseconds timeout) {
   impl_->async->Close();  // nothing more can answer
   if (!idle || !closed) return absl::DeadlineExceededError("bus drain did not finish in time");
   return absl::OkStatus();
+}
+
+// ---- LoopRequester ----
+
+namespace {
+
+namespace asio = boost::asio;
+
+// One NATS connection in nats.c's event-loop mode, on one asio io_context. nats.c calls the
+// Ev* callbacks from any thread (the loop's, a publisher's, its reconnect and timer threads),
+// sometimes with the connection's lock held; they only record the change on the loop thread
+// (at once when called there, else posted), so nothing here ever calls back into nats.c from
+// inside nats.c. Everything below "loop thread only" is touched on the loop thread alone.
+struct LoopConn : std::enable_shared_from_this<LoopConn> {
+  struct Pending {
+    Requester::ReplyCallback done;
+    std::string subject;
+    Clock::time_point start;
+    Clock::time_point deadline;
+  };
+  // nats.c's socket as asio watches it: a dup, so asio registers and closes a descriptor number
+  // of its own, never one nats.c may close and reuse for the next connection's socket.
+  struct Watch {
+    Watch(asio::io_context& ioc, int fd) : sd(ioc, fd) {}
+    asio::posix::stream_descriptor sd;
+    bool read_armed = false;
+    bool write_armed = false;
+  };
+
+  LoopConn(const void* owner, asio::io_context& ioc) : owner(owner), ioc(ioc), timer(ioc) {}
+
+  const void* const owner;
+  asio::io_context& ioc;
+  natsConnection* nc = nullptr;
+  natsSubscription* replies = nullptr;  // the reply inbox; Filter takes every message
+  std::string inbox;
+  std::string name;                     // the connection's name, for logs
+  BusClientMetrics* metrics = nullptr;  // may be null
+  int64_t reconnect_wait_ms = 100;
+  int64_t reconnect_wait_max_ms = 5000;
+  std::atomic<bool> connected{false};
+  std::atomic<bool> closing{false};
+  std::atomic<bool> registered{false};  // its loop has run (and routes its thread's requests)
+
+  // Loop thread only.
+  std::shared_ptr<Watch> watch;
+  bool want_read = false;
+  bool want_write = false;
+  bool closed = false;
+  uint64_t next_id = 0;
+  std::unordered_map<uint64_t, Pending> pending;
+  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
+  asio::steady_timer timer;
+  Clock::time_point timer_at = Clock::time_point::max();
+  SpentBatch spent;  // nats.c frees each message through its GC thread: hand them over in batches
+
+  void Spend(MsgPtr msg) {
+    if (spent.Add(std::move(msg))) spent.Destroy();
+  }
+
+  bool OnLoop() const { return ioc.get_executor().running_in_this_thread(); }
+
+  template <typename Fn>
+  void Run(Fn fn) {
+    if (OnLoop()) {
+      fn();
+    } else {
+      asio::post(ioc, [self = shared_from_this(), fn = std::move(fn)] { fn(); });
+    }
+  }
+
+  static natsStatus EvAttach(void** user, void* loop, natsConnection*, natsSock fd) {
+    auto* c = static_cast<LoopConn*>(loop);
+    *user = c;
+    const int d = ::dup(fd);
+    if (d < 0) return NATS_SYS_ERROR;
+    c->Run([c, d] { c->Attach(d); });
+    return NATS_OK;
+  }
+  static natsStatus EvRead(void* user, bool add) {
+    auto* c = static_cast<LoopConn*>(user);
+    c->Run([c, add] {
+      c->want_read = add;
+      c->Arm();
+    });
+    return NATS_OK;
+  }
+  static natsStatus EvWrite(void* user, bool add) {
+    auto* c = static_cast<LoopConn*>(user);
+    c->Run([c, add] {
+      c->want_write = add;
+      c->Arm();
+    });
+    return NATS_OK;
+  }
+  static natsStatus EvDetach(void* user) {
+    auto* c = static_cast<LoopConn*>(user);
+    c->Run([c] { c->Unwatch(); });
+    return NATS_OK;
+  }
+  // nats.c's threads. While a connection is down its thread's requests go to the fallback.
+  static void OnDisconnected(natsConnection*, void* closure) {
+    auto* c = static_cast<LoopConn*>(closure);
+    if (c->connected.exchange(false) && !c->closing) {
+      SPDLOG_LOGGER_WARN(Logger(),
+                         "{}: disconnected from NATS; its requests use the shared "
+                         "connection until it reconnects",
+                         c->name);
+    }
+  }
+  static void OnConnected(natsConnection*, void* closure) {
+    auto* c = static_cast<LoopConn*>(closure);
+    if (!c->connected.exchange(true)) SPDLOG_LOGGER_INFO(Logger(), "{}: connected", c->name);
+  }
+  static int64_t ReconnectDelay(natsConnection*, int attempts, void* closure) {
+    const auto* c = static_cast<LoopConn*>(closure);
+    int64_t delay = c->reconnect_wait_ms;
+    for (int i = 1; i < attempts && delay < c->reconnect_wait_max_ms; ++i) delay *= 2;
+    delay = std::min(delay, c->reconnect_wait_max_ms);
+    thread_local std::mt19937 rng(std::random_device{}());
+    if (delay / 5 > 0) delay += std::uniform_int_distribution<int64_t>(0, delay / 5)(rng);
+    return delay;
+  }
+
+  void Unwatch() {
+    if (!watch) return;
+    boost::system::error_code ec;
+    watch->sd.close(ec);  // its pending waits complete with operation_aborted
+    watch.reset();
+  }
+
+  void Attach(int fd) {
+    Unwatch();
+    if (closed) {
+      ::close(fd);
+      return;
+    }
+    watch = std::make_shared<Watch>(ioc, fd);
+    want_read = true;  // as nats.c's own adapters: reading starts on attach
+    Arm();
+  }
+
+  void Arm() {
+    auto w = watch;
+    if (!w) return;
+    if (want_read && !w->read_armed) {
+      w->read_armed = true;
+      w->sd.async_wait(asio::posix::stream_descriptor::wait_read,
+                       [self = shared_from_this(), w](const boost::system::error_code& ec) {
+                         w->read_armed = false;
+                         if (ec || self->watch != w) return;
+                         if (self->want_read) natsConnection_ProcessReadEvent(self->nc);
+                         self->Arm();
+                       });
+    }
+    if (want_write && !w->write_armed) {
+      w->write_armed = true;
+      w->sd.async_wait(asio::posix::stream_descriptor::wait_write,
+                       [self = shared_from_this(), w](const boost::system::error_code& ec) {
+                         w->write_armed = false;
+                         if (ec || self->watch != w) return;
+                         if (self->want_write) natsConnection_ProcessWriteEvent(self->nc);
+                         self->Arm();
+                       });
+    }
+  }
+
+#if WISP_NATS_HAS_FILTER
+  // Every message this connection receives (only replies: its one subscription is the reply
+  // inbox), inside natsConnection_ProcessReadEvent on the loop thread, before any subscription
+  // queues it: taken here, so no delivery thread is involved. Not a synchronous subscription's
+  // NextMsg: that swallows a "no responders" status without saying whose request it was.
+  static void Filter(natsConnection*, natsMsg** raw, void* closure) {
+    auto* c = static_cast<LoopConn*>(closure);
+    MsgPtr msg(*raw);
+    *raw = nullptr;
+    if (c->OnLoop()) {
+      c->OnReply(std::move(msg));
+    } else {  // not expected: nats.c reads only in ProcessReadEvent once attached
+      asio::post(c->ioc,
+                 [self = c->shared_from_this(), m = msg.release()] { self->OnReply(MsgPtr(m)); });
+    }
+  }
+#endif
+
+  void Finish(Pending& p, absl::StatusOr<Message> result) {
+    if (metrics != nullptr) {
+      metrics->Record(p.subject, result.status().code(),
+                      std::chrono::duration<double>(Clock::now() - p.start).count());
+    }
+    p.done(std::move(result));
+  }
+
+  std::optional<Pending> Take(uint64_t id) {
+    auto it = pending.find(id);
+    if (it == pending.end()) return std::nullopt;
+    Pending p = std::move(it->second);
+    pending.erase(it);
+    deadlines.erase({p.deadline, id});
+    return p;
+  }
+
+  void OnReply(MsgPtr msg) {
+    const std::string_view subject = natsMsg_GetSubject(msg.get());
+    const std::string_view token = subject.substr(subject.rfind('.') + 1);
+    uint64_t id = 0;
+    auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), id);
+    if (ec != std::errc() || end != token.data() + token.size()) return;
+    auto p = Take(id);
+    if (!p) return;  // answered after its timeout
+    if (natsMsg_IsNoResponders(msg.get())) {
+      Finish(*p, absl::UnavailableError("request on " + p->subject + ": " +
+                                        natsStatus_GetText(NATS_NO_RESPONDERS)));
+      return;
+    }
+    Message out = ToMessage(msg.get());
+    Spend(std::move(msg));
+    absl::Status st = StatusFromHeaders(out.headers);
+    if (st.ok()) {
+      Finish(*p, std::move(out));
+    } else {
+      Finish(*p, std::move(st));
+    }
+  }
+
+  void ArmTimer() {
+    if (deadlines.empty()) return;
+    const auto first = deadlines.begin()->first;
+    if (first >= timer_at) return;
+    timer_at = first;
+    timer.expires_at(first);
+    timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec) return;  // re-armed earlier, or closed
+      self->timer_at = Clock::time_point::max();
+      const auto now = Clock::now();
+      std::vector<Pending> expired;
+      while (!self->deadlines.empty() && self->deadlines.begin()->first <= now) {
+        auto node = self->pending.extract(self->deadlines.begin()->second);
+        self->deadlines.erase(self->deadlines.begin());
+        if (!node.empty()) expired.push_back(std::move(node.mapped()));
+      }
+      for (auto& p : expired) {
+        self->Finish(p, absl::DeadlineExceededError("request on " + p.subject + ": " +
+                                                    natsStatus_GetText(NATS_TIMEOUT)));
+      }
+      self->ArmTimer();
+    });
+  }
+
+  // Loop thread. False when this connection cannot take the request (down or closed): the
+  // caller sends it another way.
+  bool Send(std::string_view subject, std::string_view data, std::chrono::milliseconds timeout,
+            const Headers& headers, Requester::ReplyCallback& done) {
+    if (closed || !connected) return false;
+    const auto start = Clock::now();
+    const uint64_t id = ++next_id;
+    const std::string reply = inbox + "." + std::to_string(id);
+    auto msg = BuildMsg(subject, reply.c_str(), data, RequestHeaders(headers, timeout));
+    Pending p{std::move(done), std::string(subject), start, start + timeout};
+    absl::Status st = msg.status();
+    if (st.ok()) {
+      st =
+          FromNats(natsConnection_PublishMsg(nc, msg->get()), "request on " + std::string(subject));
+      Spend(*std::move(msg));
+    }
+    if (!st.ok()) {
+      Finish(p, std::move(st));
+      return true;
+    }
+    deadlines.insert({p.deadline, id});
+    pending.emplace(id, std::move(p));
+    ArmTimer();
+    return true;
+  }
+
+  // Loop thread: fails what is pending and stops watching.
+  void Shutdown() {
+    closed = true;
+    std::vector<Pending> rest;
+    for (auto& [id, p] : pending) rest.push_back(std::move(p));
+    pending.clear();
+    deadlines.clear();
+    timer.cancel();
+    Unwatch();
+    spent.Destroy();
+    for (auto& p : rest) {
+      Finish(p, absl::UnavailableError("request on " + p.subject + ": bus connection closed"));
+    }
+  }
+};
+
+// The loop connections of the thread running (there is one per LoopRequester and io_context).
+thread_local std::vector<LoopConn*> t_loop_conns;
+
+}  // namespace
+
+struct LoopRequester::Impl {
+  Requester& fallback;
+  std::vector<std::shared_ptr<LoopConn>> conns;
+  std::unique_ptr<BusClientMetrics> metrics;
+  bool closed = false;
+
+  LoopConn* Current() const {
+    for (LoopConn* c : t_loop_conns) {
+      if (c->owner == this) return c;
+    }
+    return nullptr;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<LoopRequester>> LoopRequester::Connect(
+    const NatsBusOptions& options, const std::vector<asio::io_context*>& loops,
+    Requester& fallback) {
+  WISP_RETURN_IF_ERROR(ValidateOptions(options));
+  if (loops.empty()) return absl::InvalidArgumentError("bus loop: no event loops");
+#if !WISP_NATS_HAS_FILTER
+  return absl::UnimplementedError(
+      "bus loop: this libnats lacks natsConn_setFilterWithClosure (see common/bus/CMakeLists.txt)");
+#else
+  auto impl = std::make_unique<Impl>(Impl{fallback, {}, nullptr});
+  if (options.registry != nullptr) {
+    impl->metrics = std::make_unique<BusClientMetrics>(*options.registry);
+  }
+  std::unique_ptr<LoopRequester> out(new LoopRequester(std::move(impl)));
+  Impl& in = *out->impl_;
+  for (size_t i = 0; i < loops.size(); ++i) {
+    auto conn = std::make_shared<LoopConn>(&in, *loops[i]);
+    conn->name =
+        (options.name.empty() ? std::string("wisp") : options.name) + "-loop-" + std::to_string(i);
+    conn->metrics = in.metrics.get();
+    conn->reconnect_wait_ms = std::max<int64_t>(Ms(options.reconnect_wait), 1);
+    conn->reconnect_wait_max_ms = std::max(conn->reconnect_wait_ms, Ms(options.reconnect_wait_max));
+    natsOptions* o = nullptr;
+    natsStatus s = natsOptions_Create(&o);
+    if (s != NATS_OK) return FromNats(s, "nats options");
+    std::unique_ptr<natsOptions, void (*)(natsOptions*)> guard(o, natsOptions_Destroy);
+    WISP_RETURN_IF_ERROR(SetServerOptions(o, options));
+    natsOptions_SetName(o, conn->name.c_str());
+    natsOptions_SetTimeout(o, Ms(options.connect_timeout));
+    natsOptions_SetAllowReconnect(o, true);
+    natsOptions_SetMaxReconnect(o, -1);  // forever
+    natsOptions_SetCustomReconnectDelay(o, LoopConn::ReconnectDelay, conn.get());
+    natsOptions_SetPingInterval(o, std::max<int64_t>(Ms(options.ping_interval), 100));
+    natsOptions_SetMaxPingsOut(o, 2);
+    // In event-loop mode SendAsap asks the loop for one write per pass rather than waking a
+    // flusher thread that waits a millisecond.
+    natsOptions_SetSendAsap(o, true);
+    natsOptions_SetDisconnectedCB(o, LoopConn::OnDisconnected, conn.get());
+    natsOptions_SetReconnectedCB(o, LoopConn::OnConnected, conn.get());
+    if (options.retry_on_failed_connect) {
+      natsOptions_SetRetryOnFailedConnect(o, true, LoopConn::OnConnected, conn.get());
+    }
+    natsOptions_SetEventLoop(o, conn.get(), LoopConn::EvAttach, LoopConn::EvRead, LoopConn::EvWrite,
+                             LoopConn::EvDetach);
+    s = natsConnection_Connect(&conn->nc, o);
+    if (s == NATS_OK) {
+      conn->connected = true;
+    } else if (s != NATS_NOT_YET_CONNECTED || !options.retry_on_failed_connect) {
+      absl::Status st = FromNats(s, "connecting to NATS");
+      conn->nc = nullptr;
+      return absl::UnavailableError(std::string(st.message()));
+    }
+    in.conns.push_back(conn);  // from here Close() closes it
+    natsInbox* raw_inbox = nullptr;
+    s = natsInbox_Create(&raw_inbox);
+    if (s != NATS_OK) return FromNats(s, "creating inbox");
+    conn->inbox = raw_inbox;
+    natsInbox_Destroy(raw_inbox);
+    if (!options.inbox_prefix.empty()) {
+      const size_t dot = conn->inbox.rfind('.');
+      conn->inbox = options.inbox_prefix + conn->inbox.substr(dot == std::string::npos ? 0 : dot);
+    }
+    const std::string wildcard = conn->inbox + ".*";
+    natsConn_setFilterWithClosure(conn->nc, &LoopConn::Filter, conn.get());
+    s = natsConnection_SubscribeSync(&conn->replies, conn->nc, wildcard.c_str());
+    if (s != NATS_OK) return FromNats(s, "subscribing to " + wildcard);
+    natsSubscription_SetPendingLimits(conn->replies, 65536, 256 * 1024 * 1024);
+    asio::post(*loops[i], [conn] {
+      t_loop_conns.push_back(conn.get());
+      conn->registered = true;
+    });
+  }
+  return out;
+#endif
+}
+
+LoopRequester::LoopRequester(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LoopRequester::~LoopRequester() { Close(); }
+
+absl::StatusOr<Message> LoopRequester::Request(std::string_view subject, std::string_view data,
+                                               std::chrono::milliseconds timeout,
+                                               const Headers& headers) {
+  return impl_->fallback.Request(subject, data, timeout, headers);
+}
+
+void LoopRequester::RequestAsync(std::string_view subject, std::string_view data,
+                                 std::chrono::milliseconds timeout, const Headers& headers,
+                                 ReplyCallback done) {
+  if (LoopConn* c = impl_->Current(); c != nullptr && timeout.count() > 0) {
+    if (c->Send(subject, data, timeout, headers, done)) return;
+  }
+  impl_->fallback.RequestAsync(subject, data, timeout, headers, std::move(done));
+}
+
+void LoopRequester::Close() {
+  if (impl_->closed) return;
+  impl_->closed = true;
+  for (auto& c : impl_->conns) {
+    c->closing = true;
+    natsConnection_Close(c->nc);  // its callbacks only post to the loop
+  }
+  // A loop that never ran (its server failed to start) gets a second to start before its
+  // connection is shut down from here.
+  const auto give_up = Clock::now() + std::chrono::seconds(1);
+  for (auto& c : impl_->conns) {
+    // On the loop thread while it runs; here when it has stopped for good (no thread runs it,
+    // so nothing else touches the connection's loop state).
+    if (c->ioc.stopped()) {
+      c->Shutdown();
+      continue;
+    }
+    auto done = std::make_shared<std::promise<void>>();
+    auto fut = done->get_future();
+    asio::post(c->ioc, [c, done] {
+      std::erase(t_loop_conns, c.get());
+      c->Shutdown();
+      done->set_value();
+    });
+    while (fut.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+      if (c->ioc.stopped() || (!c->registered && Clock::now() > give_up)) {
+        SPDLOG_LOGGER_WARN(Logger(), "{}: its event loop is not running; closing from here",
+                           c->name);
+        c->Shutdown();
+        break;
+      }
+    }
+  }
+  for (auto& c : impl_->conns) {
+    if (c->replies != nullptr) natsSubscription_Destroy(c->replies);
+    c->replies = nullptr;
+    natsConnection_Destroy(c->nc);
+    c->nc = nullptr;
+  }
 }
 
 }  // namespace wisp::bus

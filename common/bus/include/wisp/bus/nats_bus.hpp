@@ -1,6 +1,7 @@
 #pragma once
 // NatsBus: the production wisp::bus::Bus over NATS (nats.c 3.4.1). This header does not include
-// nats.h; src/nats_bus.cpp is the only file in wisp that does.
+// nats.h; src/nats_bus.cpp is the only file in wisp that does (it also holds LoopRequester, see
+// loop_requester.hpp: RequestAsync over connections driven by an HTTP server's I/O threads).
 //
 // Contract:
 //   - Connect() returns Unavailable when no server in `servers` answers within connect_timeout
