@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "admission/admission_handler.hpp"
+#include "wisp/bus/loop_requester.hpp"
 #include "wisp/config/file_reloader.hpp"
 #include "wisp/http/server.hpp"
 #include "wisp/runtime/runtime.hpp"
@@ -24,6 +25,11 @@ int main(int argc, char** argv) {
   flags.Enum("failure-mode", &failure_mode, {"closed", "open"}, "Admission failure mode.");
   flags.String("fixed-response", &fixed_file,
                "Answer POST /mutate with this JSON file at once, without the admission handler.");
+  bool bus_loop = true;
+  flags.Bool("admission-bus-per-thread", &bus_loop,
+             "As wisp-gateway's: the policy calls go over one NATS connection per HTTPS thread, "
+             "on that thread (bus::LoopRequester). --no-admission-bus-per-thread: over the shared "
+             "connection.");
   flags.ParseOrExit(argc, argv);
   std::string fixed;  // --fixed-response's answer, read before anything starts
   if (!fixed_file.empty()) {
@@ -37,10 +43,6 @@ int main(int argc, char** argv) {
   }
   auto process = runtime::Process::Start("admission-bench", common);
   if (!process.ok()) return runtime::Fail("admission_bench_server", process.status());
-  gateway::admission::AdmissionHandler handler(
-      (*process)->bus(), (*process)->registry(),
-      {.failure_mode = *gateway::admission::ParseFailureMode(failure_mode),
-       .kubernetes_version = "1.30"});
   auto server = http::Server::Create({.address = "127.0.0.1",
                                       .port = static_cast<uint16_t>(port),
                                       .cert_file = cert,
@@ -48,6 +50,18 @@ int main(int argc, char** argv) {
                                       .threads = static_cast<int>(threads),
                                       .name = "admission-bench"});
   if (!server.ok()) return runtime::Fail("admission_bench_server", server.status());
+  std::unique_ptr<bus::LoopRequester> loop;
+  if (bus_loop && fixed_file.empty()) {
+    auto l = bus::LoopRequester::Connect((*process)->bus_options(), (*server)->IoContexts(),
+                                         (*process)->bus());
+    if (!l.ok()) return runtime::Fail("admission_bench_server", l.status());
+    loop = *std::move(l);
+  }
+  bus::Requester& requester = loop ? static_cast<bus::Requester&>(*loop) : (*process)->bus();
+  gateway::admission::AdmissionHandler handler(
+      requester, (*process)->registry(),
+      {.failure_mode = *gateway::admission::ParseFailureMode(failure_mode),
+       .kubernetes_version = "1.30"});
   if (fixed_file.empty()) {
     gateway::admission::RegisterAdmissionRoutes(**server, handler);
   } else {
@@ -60,5 +74,6 @@ int main(int argc, char** argv) {
   if (auto st = (*server)->Start(); !st.ok()) return runtime::Fail("admission_bench_server", st);
   (*process)->WaitForSignal();
   (*server)->Stop();
+  loop.reset();  // before the server's io_contexts go
   return (*process)->Shutdown();
 }

@@ -76,7 +76,7 @@ NATS_PID=${PIDS[0]}
 POLICY_PID=$!
 ADM_PORT=$(free_port)
 "$BIN/admission_bench_server" --nats-url "nats://127.0.0.1:$NATS_PORT" --port "$ADM_PORT" \
-  --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" --http-threads "${HTTP_THREADS:-2}" \
+  --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" --http-threads "${HTTP_THREADS:-2}" ${ADMISSION_FLAGS:-} \
   --log-level warn > "$WORK/admission.log" 2>&1 &
 PIDS+=($!)
 ADM_PID=$!

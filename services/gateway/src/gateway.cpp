@@ -8,6 +8,7 @@
 #include "csi/csi_server.hpp"
 #include "oidc/oidc_routes.hpp"
 #include "upload/upload_handler.hpp"
+#include "wisp/bus/loop_requester.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/fsutil/mounter.hpp"
 #include "wisp/log/log.hpp"
@@ -17,6 +18,8 @@ namespace wisp::gateway {
 
 // The parts behind the doors, each built from the bus and its settings.
 struct Gateway::Parts {
+  // Admission's bus requests over the HTTPS I/O threads' own connections (see Gateway::Stop).
+  std::unique_ptr<bus::LoopRequester> admission_bus;
   std::unique_ptr<admission::AdmissionHandler> admission;
   std::unique_ptr<oidc::OidcRoutes> oidc;
   fsutil::SystemMounter mounter;
@@ -54,6 +57,14 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
   flags.String("kubernetes-version", &s.kubernetes_version,
                "major.minor of the cluster, for the native-sidecar choice (>= 1.29: initContainer "
                "with restartPolicy Always).");
+  flags.Bool("admission-bus-per-thread", &s.admission_bus_per_thread,
+             "Send the admission webhooks' policy calls over one more NATS connection per HTTPS "
+             "I/O thread, read and written on that thread (nats.c's event-loop mode), so a "
+             "review and its answer never change threads and each pass of the loop writes its "
+             "requests at once (bench/admission: about 10% more peak, less CPU per review). The "
+             "gateway then holds 1 + http-threads NATS connections. While one is down its "
+             "thread's calls use the shared connection. --no-admission-bus-per-thread: every "
+             "call over the shared connection.");
   flags.String("csi-endpoint", &s.csi_endpoint,
                "unix:///path of the CSI socket; empty disables CSI.");
   flags.Enum(
@@ -167,8 +178,21 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
       }));
 
   WISP_ASSIGN_OR_RETURN(auto failure_mode, admission::ParseFailureMode(settings.failure_mode));
+  bus::Requester* admission_bus = &process.bus();
+  if (gw->https_ && settings.admission_bus_per_thread) {
+    auto loop =
+        bus::LoopRequester::Connect(process.bus_options(), gw->https_->IoContexts(), process.bus());
+    if (absl::IsUnimplemented(loop.status())) {
+      SPDLOG_LOGGER_WARN(logger, "admission-bus-per-thread: {}; using the shared connection",
+                         std::string(loop.status().message()));
+    } else {
+      if (!loop.ok()) return loop.status();
+      gw->parts_->admission_bus = *std::move(loop);
+      admission_bus = gw->parts_->admission_bus.get();
+    }
+  }
   gw->parts_->admission = std::make_unique<admission::AdmissionHandler>(
-      process.bus(), process.registry(),
+      *admission_bus, process.registry(),
       admission::AdmissionOptions{.failure_mode = failure_mode,
                                   .max_timeout = settings.admission_timeout,
                                   .kubernetes_version = settings.kubernetes_version});
@@ -220,7 +244,9 @@ uint16_t Gateway::https_port() const { return https_ ? https_->port() : 0; }
 
 void Gateway::Stop() {
   if (https_) {
-    https_->Stop();
+    https_->Stop();  // in-flight admissions are answered over their loop connections
+    // The loop connections live on the server's io_contexts: close them before those go.
+    if (parts_ && parts_->admission_bus) parts_->admission_bus.reset();
     https_.reset();
   }
   if (parts_ && parts_->csi) parts_->csi->Stop();

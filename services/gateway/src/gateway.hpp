@@ -25,6 +25,7 @@ struct GatewaySettings {
   std::string failure_mode = "closed";
   std::chrono::milliseconds admission_timeout = std::chrono::seconds(10);
   std::string kubernetes_version = "1.29";
+  bool admission_bus_per_thread = true;  // one NATS connection per HTTPS I/O thread
   // CSI
   std::string csi_endpoint;
   std::string csi_role = "both";
