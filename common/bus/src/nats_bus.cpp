@@ -1866,22 +1866,17 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
     c->Run([c, d] { c->Attach(d); });
     return NATS_OK;
   }
-  static natsStatus EvRead(void* user, bool add) {
+  // nats.c asks to start or stop reading (want_read) or writing (want_write).
+  static natsStatus Want(void* user, bool LoopConn::*flag, bool add) {
     auto* c = static_cast<LoopConn*>(user);
-    c->Run([c, add] {
-      c->want_read = add;
+    c->Run([c, flag, add] {
+      c->*flag = add;
       c->Arm();
     });
     return NATS_OK;
   }
-  static natsStatus EvWrite(void* user, bool add) {
-    auto* c = static_cast<LoopConn*>(user);
-    c->Run([c, add] {
-      c->want_write = add;
-      c->Arm();
-    });
-    return NATS_OK;
-  }
+  static natsStatus EvRead(void* user, bool add) { return Want(user, &LoopConn::want_read, add); }
+  static natsStatus EvWrite(void* user, bool add) { return Want(user, &LoopConn::want_write, add); }
   static natsStatus EvDetach(void* user) {
     auto* c = static_cast<LoopConn*>(user);
     c->Run([c] { c->Unwatch(); });
