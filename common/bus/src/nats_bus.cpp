@@ -1816,19 +1816,28 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
     bool write_armed = false;
   };
 
-  LoopConn(const void* owner, asio::io_context& ioc) : owner(owner), ioc(ioc), timer(ioc) {}
+  // What nats.c's callback thread touches (disconnected, reconnected, connected, closed). nats.c
+  // may run those after Close() has returned and the LoopConn is gone, so they get a Link of their
+  // own, held by the callbacks' closure until the closed callback, the last one, frees it.
+  struct Link {
+    std::string name;  // the connection's name, for logs
+    int64_t reconnect_wait_ms = 100;
+    int64_t reconnect_wait_max_ms = 5000;
+    std::atomic<bool> connected{false};
+    std::atomic<bool> closing{false};
+  };
+  using LinkHolder = std::shared_ptr<Link>;  // the closure nats.c's callbacks get (heap, owned)
+
+  LoopConn(const void* owner, asio::io_context& ioc)
+      : owner(owner), ioc(ioc), link(std::make_shared<Link>()), timer(ioc) {}
 
   const void* const owner;
   asio::io_context& ioc;
   natsConnection* nc = nullptr;
   natsSubscription* replies = nullptr;  // the reply inbox; Filter takes every message
   std::string inbox;
-  std::string name;                     // the connection's name, for logs
+  const std::shared_ptr<Link> link;
   BusClientMetrics* metrics = nullptr;  // may be null
-  int64_t reconnect_wait_ms = 100;
-  int64_t reconnect_wait_max_ms = 5000;
-  std::atomic<bool> connected{false};
-  std::atomic<bool> closing{false};
   std::atomic<bool> registered{false};  // its loop has run (and routes its thread's requests)
 
   // Loop thread only.
@@ -1884,20 +1893,21 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   }
   // nats.c's threads. While a connection is down its thread's requests go to the fallback.
   static void OnDisconnected(natsConnection*, void* closure) {
-    auto* c = static_cast<LoopConn*>(closure);
-    if (c->connected.exchange(false) && !c->closing) {
+    Link& c = **static_cast<LinkHolder*>(closure);
+    if (c.connected.exchange(false) && !c.closing) {
       SPDLOG_LOGGER_WARN(Logger(),
                          "{}: disconnected from NATS; its requests use the shared "
                          "connection until it reconnects",
-                         c->name);
+                         c.name);
     }
   }
   static void OnConnected(natsConnection*, void* closure) {
-    auto* c = static_cast<LoopConn*>(closure);
-    if (!c->connected.exchange(true)) SPDLOG_LOGGER_INFO(Logger(), "{}: connected", c->name);
+    Link& c = **static_cast<LinkHolder*>(closure);
+    if (!c.connected.exchange(true)) SPDLOG_LOGGER_INFO(Logger(), "{}: connected", c.name);
   }
+  static void OnClosed(natsConnection*, void* closure) { delete static_cast<LinkHolder*>(closure); }
   static int64_t ReconnectDelay(natsConnection*, int attempts, void* closure) {
-    const auto* c = static_cast<LoopConn*>(closure);
+    const Link* c = static_cast<LinkHolder*>(closure)->get();
     int64_t delay = c->reconnect_wait_ms;
     for (int i = 1; i < attempts && delay < c->reconnect_wait_max_ms; ++i) delay *= 2;
     delay = std::min(delay, c->reconnect_wait_max_ms);
@@ -2035,7 +2045,7 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   // caller sends it another way.
   bool Send(std::string_view subject, std::string_view data, std::chrono::milliseconds timeout,
             const Headers& headers, Requester::ReplyCallback& done) {
-    if (closed || !connected) return false;
+    if (closed || !link->connected) return false;
     const auto start = Clock::now();
     const uint64_t id = ++next_id;
     const std::string reply = inbox + "." + std::to_string(id);
@@ -2109,39 +2119,44 @@ absl::StatusOr<std::unique_ptr<LoopRequester>> LoopRequester::Connect(
   Impl& in = *out->impl_;
   for (size_t i = 0; i < loops.size(); ++i) {
     auto conn = std::make_shared<LoopConn>(&in, *loops[i]);
-    conn->name =
+    LoopConn::Link& link = *conn->link;
+    link.name =
         (options.name.empty() ? std::string("wisp") : options.name) + "-loop-" + std::to_string(i);
+    link.reconnect_wait_ms = std::max<int64_t>(Ms(options.reconnect_wait), 1);
+    link.reconnect_wait_max_ms = std::max(link.reconnect_wait_ms, Ms(options.reconnect_wait_max));
     conn->metrics = in.metrics.get();
-    conn->reconnect_wait_ms = std::max<int64_t>(Ms(options.reconnect_wait), 1);
-    conn->reconnect_wait_max_ms = std::max(conn->reconnect_wait_ms, Ms(options.reconnect_wait_max));
     natsOptions* o = nullptr;
     natsStatus s = natsOptions_Create(&o);
     if (s != NATS_OK) return FromNats(s, "nats options");
     std::unique_ptr<natsOptions, void (*)(natsOptions*)> guard(o, natsOptions_Destroy);
     WISP_RETURN_IF_ERROR(SetServerOptions(o, options));
-    natsOptions_SetName(o, conn->name.c_str());
+    natsOptions_SetName(o, link.name.c_str());
     natsOptions_SetTimeout(o, Ms(options.connect_timeout));
     natsOptions_SetAllowReconnect(o, true);
     natsOptions_SetMaxReconnect(o, -1);  // forever
-    natsOptions_SetCustomReconnectDelay(o, LoopConn::ReconnectDelay, conn.get());
+    // Freed by OnClosed, or below when no connection is made (then nats.c calls nothing).
+    auto* holder = new LoopConn::LinkHolder(conn->link);
+    natsOptions_SetCustomReconnectDelay(o, LoopConn::ReconnectDelay, holder);
     natsOptions_SetPingInterval(o, std::max<int64_t>(Ms(options.ping_interval), 100));
     natsOptions_SetMaxPingsOut(o, 2);
     // In event-loop mode SendAsap asks the loop for one write per pass rather than waking a
     // flusher thread that waits a millisecond.
     natsOptions_SetSendAsap(o, true);
-    natsOptions_SetDisconnectedCB(o, LoopConn::OnDisconnected, conn.get());
-    natsOptions_SetReconnectedCB(o, LoopConn::OnConnected, conn.get());
+    natsOptions_SetDisconnectedCB(o, LoopConn::OnDisconnected, holder);
+    natsOptions_SetReconnectedCB(o, LoopConn::OnConnected, holder);
+    natsOptions_SetClosedCB(o, LoopConn::OnClosed, holder);
     if (options.retry_on_failed_connect) {
-      natsOptions_SetRetryOnFailedConnect(o, true, LoopConn::OnConnected, conn.get());
+      natsOptions_SetRetryOnFailedConnect(o, true, LoopConn::OnConnected, holder);
     }
     natsOptions_SetEventLoop(o, conn.get(), LoopConn::EvAttach, LoopConn::EvRead, LoopConn::EvWrite,
                              LoopConn::EvDetach);
     s = natsConnection_Connect(&conn->nc, o);
     if (s == NATS_OK) {
-      conn->connected = true;
+      link.connected = true;
     } else if (s != NATS_NOT_YET_CONNECTED || !options.retry_on_failed_connect) {
       absl::Status st = FromNats(s, "connecting to NATS");
       conn->nc = nullptr;
+      delete holder;
       return absl::UnavailableError(std::string(st.message()));
     }
     in.conns.push_back(conn);  // from here Close() closes it
@@ -2190,8 +2205,8 @@ void LoopRequester::Close() {
   if (impl_->closed) return;
   impl_->closed = true;
   for (auto& c : impl_->conns) {
-    c->closing = true;
-    natsConnection_Close(c->nc);  // its callbacks only post to the loop
+    c->link->closing = true;
+    natsConnection_Close(c->nc);  // its event-loop callbacks only post to the loop
   }
   // A loop that never ran (its server failed to start) gets a second to start before its
   // connection is shut down from here.
@@ -2213,7 +2228,7 @@ void LoopRequester::Close() {
     while (fut.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
       if (c->ioc.stopped() || (!c->registered && Clock::now() > give_up)) {
         SPDLOG_LOGGER_WARN(Logger(), "{}: its event loop is not running; closing from here",
-                           c->name);
+                           c->link->name);
         c->Shutdown();
         break;
       }
