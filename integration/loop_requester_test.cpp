@@ -281,11 +281,14 @@ TEST_F(LoopRequesterTest, CloseFailsPendingRequests) {
     ASSERT_NE(req, nullptr);
     auto calls = std::make_shared<std::atomic<int>>(0);
     auto answer = std::make_shared<std::promise<absl::StatusOr<Message>>>();
-    asio::post(loops[1], [&, calls, answer] {
-      req->RequestAsync("it.lhang", "", 10s, {}, [calls, answer](absl::StatusOr<Message> r) {
-        if (calls->fetch_add(1) == 0) answer->set_value(std::move(r));
+    std::promise<void> sent;
+    asio::post(loops[1], [r = req.get(), &sent, calls, answer] {
+      r->RequestAsync("it.lhang", "", 10s, {}, [calls, answer](absl::StatusOr<Message> reply) {
+        if (calls->fetch_add(1) == 0) answer->set_value(std::move(reply));
       });
+      sent.set_value();
     });
+    sent.get_future().wait();
     std::this_thread::sleep_for(200ms);  // the request reaches the handler
     if (stop_loops_first) loops.Stop();
     const auto start = std::chrono::steady_clock::now();
