@@ -710,18 +710,93 @@ class NatsServeSubscription final : public Subscription {
 
 // ---- Asynchronous requests ----
 
+// A RequestAsync call waiting for its reply.
+struct PendingCall {
+  Requester::ReplyCallback done;
+  std::string subject;
+  Clock::time_point start;
+  Clock::time_point deadline;
+};
+
+// The calls waiting for replies, by id, with their deadlines in order. Not locked: NatsBus's
+// AsyncCore holds its mutex around it, a LoopConn uses it on its loop thread only.
+class PendingCalls {
+ public:
+  void Add(uint64_t id, PendingCall call) {
+    deadlines_.insert({call.deadline, id});
+    calls_.emplace(id, std::move(call));
+  }
+  std::optional<PendingCall> Take(uint64_t id) {
+    auto it = calls_.find(id);
+    if (it == calls_.end()) return std::nullopt;
+    PendingCall call = std::move(it->second);
+    calls_.erase(it);
+    deadlines_.erase({call.deadline, id});
+    return call;
+  }
+  // The calls whose deadline is `now` or earlier.
+  std::vector<PendingCall> TakeExpired(Clock::time_point now) {
+    std::vector<PendingCall> out;
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      auto node = calls_.extract(deadlines_.begin()->second);
+      deadlines_.erase(deadlines_.begin());
+      if (!node.empty()) out.push_back(std::move(node.mapped()));
+    }
+    return out;
+  }
+  std::vector<PendingCall> TakeAll() {
+    std::vector<PendingCall> out;
+    for (auto& [id, call] : calls_) out.push_back(std::move(call));
+    calls_.clear();
+    deadlines_.clear();
+    return out;
+  }
+  // The earliest deadline; time_point::max() when nothing waits.
+  Clock::time_point Earliest() const {
+    return deadlines_.empty() ? Clock::time_point::max() : deadlines_.begin()->first;
+  }
+
+ private:
+  std::unordered_map<uint64_t, PendingCall> calls_;
+  std::set<std::pair<Clock::time_point, uint64_t>> deadlines_;
+};
+
+// The id a reply subject ends with (<inbox>.<id>), if it is one.
+std::optional<uint64_t> ReplyId(natsMsg* msg) {
+  const std::string_view subject = natsMsg_GetSubject(msg);
+  const std::string_view token = subject.substr(subject.rfind('.') + 1);
+  uint64_t id = 0;
+  auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), id);
+  if (ec != std::errc() || end != token.data() + token.size()) return std::nullopt;
+  return id;
+}
+
+// What a call's caller gets for its reply: Unavailable for "no responders", the error its micro
+// headers carry, or the reply.
+absl::StatusOr<Message> ReplyOutcome(natsMsg* msg, const std::string& subject) {
+  if (natsMsg_IsNoResponders(msg)) {
+    return absl::UnavailableError("request on " + subject + ": " +
+                                  natsStatus_GetText(NATS_NO_RESPONDERS));
+  }
+  Message out = ToMessage(msg);
+  WISP_RETURN_IF_ERROR(StatusFromHeaders(out.headers));
+  return out;
+}
+
+// Records the call in the client metrics (when there are any) and runs its callback.
+void FinishCall(BusClientMetrics* metrics, PendingCall& call, absl::StatusOr<Message> result) {
+  if (metrics != nullptr) {
+    metrics->Record(call.subject, result.status().code(),
+                    std::chrono::duration<double>(Clock::now() - call.start).count());
+  }
+  call.done(std::move(result));
+}
+
 // RequestAsync: one wildcard reply subscription per connection (<inbox>.*, made on first use) whose
 // nats.c delivery thread completes each pending request by the last token of its reply subject,
 // and one timer thread that completes overdue requests with DeadlineExceeded. Like MsgCore, the
 // state outlives nats.c's callbacks through a holder that the completion callback frees.
 struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
-  struct Pending {
-    Requester::ReplyCallback done;
-    std::string subject;
-    Clock::time_point start;
-    Clock::time_point deadline;
-  };
-
   natsConnection* nc = nullptr;
   std::shared_ptr<SubscriptionRetirer> retirer;
   BusClientMetrics* metrics = nullptr;  // may be null
@@ -735,52 +810,29 @@ struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
   bool stopping = false;
   bool complete = false;  // nats.c made its last callback
   uint64_t next_id = 0;
-  std::unordered_map<uint64_t, Pending> pending;
-  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
+  PendingCalls pending;
   std::thread timer;
   SharedSpentMsgs spent;  // requests sent and replies taken
 
-  void Finish(Pending& p, absl::StatusOr<Message> result) {
-    if (metrics != nullptr) {
-      metrics->Record(p.subject, result.status().code(),
-                      std::chrono::duration<double>(Clock::now() - p.start).count());
-    }
-    p.done(std::move(result));
+  void Finish(PendingCall& p, absl::StatusOr<Message> result) {
+    FinishCall(metrics, p, std::move(result));
   }
 
-  std::optional<Pending> Take(uint64_t id) {
+  std::optional<PendingCall> Take(uint64_t id) {
     std::lock_guard lock(mu);
-    auto it = pending.find(id);
-    if (it == pending.end()) return std::nullopt;
-    Pending p = std::move(it->second);
-    pending.erase(it);
-    deadlines.erase({p.deadline, id});
-    return p;
+    return pending.Take(id);
   }
 
   static void OnReply(natsConnection*, natsSubscription*, natsMsg* raw, void* closure) {
     MsgPtr msg(raw);
     auto* core = static_cast<std::shared_ptr<AsyncCore>*>(closure)->get();
-    const std::string_view subject = natsMsg_GetSubject(raw);
-    const std::string_view token = subject.substr(subject.rfind('.') + 1);
-    uint64_t id = 0;
-    auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), id);
-    if (ec != std::errc() || end != token.data() + token.size()) return;
-    auto p = core->Take(id);
+    const auto id = ReplyId(raw);
+    if (!id) return;
+    auto p = core->Take(*id);
     if (!p) return;  // answered after its timeout
-    if (natsMsg_IsNoResponders(raw)) {
-      core->Finish(*p, absl::UnavailableError("request on " + p->subject + ": " +
-                                              natsStatus_GetText(NATS_NO_RESPONDERS)));
-      return;
-    }
-    Message out = ToMessage(raw);
+    absl::StatusOr<Message> outcome = ReplyOutcome(raw, p->subject);
     core->spent.Add(std::move(msg));
-    absl::Status st = StatusFromHeaders(out.headers);
-    if (st.ok()) {
-      core->Finish(*p, std::move(out));
-    } else {
-      core->Finish(*p, std::move(st));
-    }
+    core->Finish(*p, std::move(outcome));
   }
 
   static void OnComplete(void* closure) {
@@ -796,22 +848,16 @@ struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
   void TimerLoop() {
     std::unique_lock lock(mu);
     while (!stopping) {
-      if (deadlines.empty()) {
+      const auto first = pending.Earliest();
+      if (first == Clock::time_point::max()) {
         cv.wait(lock);
         continue;
       }
-      const auto first = deadlines.begin()->first;
       if (Clock::now() < first) {
         cv.wait_until(lock, first);
         continue;
       }
-      std::vector<Pending> expired;
-      const auto now = Clock::now();
-      while (!deadlines.empty() && deadlines.begin()->first <= now) {
-        auto node = pending.extract(deadlines.begin()->second);
-        deadlines.erase(deadlines.begin());
-        if (!node.empty()) expired.push_back(std::move(node.mapped()));
-      }
+      std::vector<PendingCall> expired = pending.TakeExpired(Clock::now());
       lock.unlock();
       for (auto& p : expired) {
         absl::Status st = absl::DeadlineExceededError("request on " + p.subject + ": " +
@@ -860,7 +906,7 @@ struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
   void Send(std::string_view subject, std::string_view data, std::chrono::milliseconds timeout,
             Headers headers, Requester::ReplyCallback done) {
     const auto start = Clock::now();
-    Pending p{std::move(done), std::string(subject), start, start + timeout};
+    PendingCall p{std::move(done), std::string(subject), start, start + timeout};
     std::unique_lock lock(mu);
     if (absl::Status st = StartLocked(); !st.ok()) {
       lock.unlock();
@@ -869,9 +915,8 @@ struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
       return;
     }
     const uint64_t id = ++next_id;
-    const bool earliest = deadlines.empty() || p.deadline < deadlines.begin()->first;
-    deadlines.insert({p.deadline, id});
-    pending.emplace(id, std::move(p));
+    const bool earliest = p.deadline < pending.Earliest();
+    pending.Add(id, std::move(p));
     if (earliest) cv.notify_all();
     lock.unlock();
     const std::string reply = inbox + "." + std::to_string(id);
@@ -889,14 +934,12 @@ struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
 
   // Stops the timer and the reply subscription; requests still pending fail with Unavailable.
   void Close() {
-    std::vector<Pending> rest;
+    std::vector<PendingCall> rest;
     {
       std::lock_guard lock(mu);
       if (stopping) return;
       stopping = true;
-      for (auto& [id, p] : pending) rest.push_back(std::move(p));
-      pending.clear();
-      deadlines.clear();
+      rest = pending.TakeAll();
     }
     cv.notify_all();
     if (timer.joinable()) timer.join();
@@ -1801,12 +1844,6 @@ namespace asio = boost::asio;
 // (at once when called there, else posted), so nothing here ever calls back into nats.c from
 // inside nats.c. Everything below "loop thread only" is touched on the loop thread alone.
 struct LoopConn : std::enable_shared_from_this<LoopConn> {
-  struct Pending {
-    Requester::ReplyCallback done;
-    std::string subject;
-    Clock::time_point start;
-    Clock::time_point deadline;
-  };
   // nats.c's socket as asio watches it: a dup, so asio registers and closes a descriptor number
   // of its own, never one nats.c may close and reuse for the next connection's socket.
   struct Watch {
@@ -1846,8 +1883,7 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   bool want_write = false;
   bool closed = false;
   uint64_t next_id = 0;
-  std::unordered_map<uint64_t, Pending> pending;
-  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
+  PendingCalls pending;
   asio::steady_timer timer;
   Clock::time_point timer_at = Clock::time_point::max();
   SpentBatch spent;  // nats.c frees each message through its GC thread: hand them over in batches
@@ -1977,65 +2013,28 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   }
 #endif
 
-  void Finish(Pending& p, absl::StatusOr<Message> result) {
-    if (metrics != nullptr) {
-      metrics->Record(p.subject, result.status().code(),
-                      std::chrono::duration<double>(Clock::now() - p.start).count());
-    }
-    p.done(std::move(result));
-  }
-
-  std::optional<Pending> Take(uint64_t id) {
-    auto it = pending.find(id);
-    if (it == pending.end()) return std::nullopt;
-    Pending p = std::move(it->second);
-    pending.erase(it);
-    deadlines.erase({p.deadline, id});
-    return p;
-  }
-
   void OnReply(MsgPtr msg) {
-    const std::string_view subject = natsMsg_GetSubject(msg.get());
-    const std::string_view token = subject.substr(subject.rfind('.') + 1);
-    uint64_t id = 0;
-    auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), id);
-    if (ec != std::errc() || end != token.data() + token.size()) return;
-    auto p = Take(id);
+    const auto id = ReplyId(msg.get());
+    if (!id) return;
+    auto p = pending.Take(*id);
     if (!p) return;  // answered after its timeout
-    if (natsMsg_IsNoResponders(msg.get())) {
-      Finish(*p, absl::UnavailableError("request on " + p->subject + ": " +
-                                        natsStatus_GetText(NATS_NO_RESPONDERS)));
-      return;
-    }
-    Message out = ToMessage(msg.get());
+    absl::StatusOr<Message> outcome = ReplyOutcome(msg.get(), p->subject);
     Spend(std::move(msg));
-    absl::Status st = StatusFromHeaders(out.headers);
-    if (st.ok()) {
-      Finish(*p, std::move(out));
-    } else {
-      Finish(*p, std::move(st));
-    }
+    FinishCall(metrics, *p, std::move(outcome));
   }
 
   void ArmTimer() {
-    if (deadlines.empty()) return;
-    const auto first = deadlines.begin()->first;
-    if (first >= timer_at) return;
+    const auto first = pending.Earliest();
+    if (first >= timer_at) return;  // nothing waits, or the timer is already set as early
     timer_at = first;
     timer.expires_at(first);
     timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec) return;  // re-armed earlier, or closed
       self->timer_at = Clock::time_point::max();
-      const auto now = Clock::now();
-      std::vector<Pending> expired;
-      while (!self->deadlines.empty() && self->deadlines.begin()->first <= now) {
-        auto node = self->pending.extract(self->deadlines.begin()->second);
-        self->deadlines.erase(self->deadlines.begin());
-        if (!node.empty()) expired.push_back(std::move(node.mapped()));
-      }
-      for (auto& p : expired) {
-        self->Finish(p, absl::DeadlineExceededError("request on " + p.subject + ": " +
-                                                    natsStatus_GetText(NATS_TIMEOUT)));
+      for (auto& p : self->pending.TakeExpired(Clock::now())) {
+        FinishCall(self->metrics, p,
+                   absl::DeadlineExceededError("request on " + p.subject + ": " +
+                                               natsStatus_GetText(NATS_TIMEOUT)));
       }
       self->ArmTimer();
     });
@@ -2050,7 +2049,7 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
     const uint64_t id = ++next_id;
     const std::string reply = inbox + "." + std::to_string(id);
     auto msg = BuildMsg(subject, reply.c_str(), data, RequestHeaders(headers, timeout));
-    Pending p{std::move(done), std::string(subject), start, start + timeout};
+    PendingCall p{std::move(done), std::string(subject), start, start + timeout};
     absl::Status st = msg.status();
     if (st.ok()) {
       st =
@@ -2058,11 +2057,10 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
       Spend(*std::move(msg));
     }
     if (!st.ok()) {
-      Finish(p, std::move(st));
+      FinishCall(metrics, p, std::move(st));
       return true;
     }
-    deadlines.insert({p.deadline, id});
-    pending.emplace(id, std::move(p));
+    pending.Add(id, std::move(p));
     ArmTimer();
     return true;
   }
@@ -2070,15 +2068,13 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   // Loop thread: fails what is pending and stops watching.
   void Shutdown() {
     closed = true;
-    std::vector<Pending> rest;
-    for (auto& [id, p] : pending) rest.push_back(std::move(p));
-    pending.clear();
-    deadlines.clear();
+    std::vector<PendingCall> rest = pending.TakeAll();
     timer.cancel();
     Unwatch();
     spent.Destroy();
     for (auto& p : rest) {
-      Finish(p, absl::UnavailableError("request on " + p.subject + ": bus connection closed"));
+      FinishCall(metrics, p,
+                 absl::UnavailableError("request on " + p.subject + ": bus connection closed"));
     }
   }
 };
