@@ -29,15 +29,13 @@
 #include "bus_metrics.hpp"
 #include "wisp/log/log.hpp"
 
-#if WISP_NATS_HAS_FILTER
 // nats.c's per-connection message filter (src/conn.h in nats.c): exported by libnats (every
-// release since 2.x) but not declared in nats.h. CMake checks that the library has it; without it
-// LoopRequester::Connect is Unimplemented. See LoopConn::Filter.
+// release since 2.x) but not declared in nats.h. common/bus/CMakeLists.txt refuses a libnats
+// without it. See LoopConn::Filter.
 extern "C" {
 typedef void (*natsMsgFilter)(natsConnection* nc, natsMsg** msg, void* closure);
 void natsConn_setFilterWithClosure(natsConnection* nc, natsMsgFilter f, void* closure);
 }
-#endif
 
 namespace wisp::bus {
 namespace {
@@ -708,6 +706,33 @@ class NatsServeSubscription final : public Subscription {
   std::shared_ptr<ServeCore> core_;
 };
 
+// A fresh reply inbox under `prefix` (nats.c's "_INBOX" when empty). nats.c's public
+// natsInbox_Create ignores the connection's custom prefix: keep its unique token and put the
+// prefix in front.
+absl::StatusOr<std::string> NewInbox(const std::string& prefix) {
+  natsInbox* raw = nullptr;
+  natsStatus s = natsInbox_Create(&raw);
+  if (s != NATS_OK) return FromNats(s, "creating inbox");
+  std::string inbox(raw);
+  natsInbox_Destroy(raw);
+  if (!prefix.empty()) {
+    const size_t dot = inbox.rfind('.');
+    inbox = prefix + inbox.substr(dot == std::string::npos ? 0 : dot);
+  }
+  return inbox;
+}
+
+// Reconnect backoff: `wait` doubling per attempt up to `wait_max`, plus up to a fifth of jitter.
+int64_t ReconnectDelayMs(int attempts, int64_t wait, int64_t wait_max) {
+  int64_t delay = wait;
+  for (int i = 1; i < attempts && delay < wait_max; ++i) delay *= 2;
+  delay = std::min(delay, wait_max);
+  thread_local std::mt19937 rng(std::random_device{}());
+  const int64_t jitter = delay / 5;
+  if (jitter > 0) delay += std::uniform_int_distribution<int64_t>(0, jitter)(rng);
+  return delay;
+}
+
 // ---- Asynchronous requests ----
 
 // A RequestAsync call waiting for its reply.
@@ -872,20 +897,10 @@ struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
   absl::Status StartLocked() {
     if (stopping) return absl::UnavailableError("bus connection closed");
     if (started) return absl::OkStatus();
-    // nats.c's public natsInbox_Create ignores the connection's custom prefix; keep its unique
-    // token and put this connection's prefix in front (as RequestMany does).
-    natsInbox* raw_inbox = nullptr;
-    natsStatus s = natsInbox_Create(&raw_inbox);
-    if (s != NATS_OK) return FromNats(s, "creating inbox");
-    inbox = raw_inbox;
-    natsInbox_Destroy(raw_inbox);
-    if (!inbox_prefix.empty()) {
-      const size_t dot = inbox.rfind('.');
-      inbox = inbox_prefix + inbox.substr(dot == std::string::npos ? 0 : dot);
-    }
+    WISP_ASSIGN_OR_RETURN(inbox, NewInbox(inbox_prefix));
     auto* holder = new std::shared_ptr<AsyncCore>(shared_from_this());
     const std::string wildcard = inbox + ".*";
-    s = natsConnection_Subscribe(&sub, nc, wildcard.c_str(), OnReply, holder);
+    natsStatus s = natsConnection_Subscribe(&sub, nc, wildcard.c_str(), OnReply, holder);
     if (s == NATS_OK) s = natsSubscription_SetOnCompleteCB(sub, OnComplete, holder);
     if (s != NATS_OK) {
       absl::Status st = FromNats(s, "subscribing to " + wildcard);
@@ -1074,13 +1089,7 @@ struct NatsBus::Impl {
   }
   static int64_t ReconnectDelay(natsConnection*, int attempts, void* c) {
     const auto& o = static_cast<Callbacks*>(c)->impl->options;
-    int64_t delay = Ms(o.reconnect_wait);
-    for (int i = 1; i < attempts && delay < Ms(o.reconnect_wait_max); ++i) delay *= 2;
-    delay = std::min(delay, Ms(o.reconnect_wait_max));
-    thread_local std::mt19937 rng(std::random_device{}());
-    const int64_t jitter = delay / 5;
-    if (jitter > 0) delay += std::uniform_int_distribution<int64_t>(0, jitter)(rng);
-    return delay;
+    return ReconnectDelayMs(attempts, Ms(o.reconnect_wait), Ms(o.reconnect_wait_max));
   }
 
   absl::StatusOr<SubscriptionPtr> Serve(std::string_view subject, std::string_view queue,
@@ -1704,19 +1713,9 @@ absl::StatusOr<std::vector<Message>> NatsBus::RequestMany(std::string_view subje
                                                           int max_replies, const Headers& headers) {
   const auto deadline = Clock::now() + timeout;
   WISP_RETURN_IF_ERROR(impl_->CheckConnected(subject));
-  // nats.c's public natsInbox_Create ignores the connection's custom prefix; keep its unique
-  // token and put this connection's prefix in front.
-  natsInbox* raw_inbox = nullptr;
-  natsStatus s = natsInbox_Create(&raw_inbox);
-  if (s != NATS_OK) return FromNats(s, "creating inbox");
-  std::string inbox(raw_inbox);
-  natsInbox_Destroy(raw_inbox);
-  if (!impl_->options.inbox_prefix.empty()) {
-    const size_t dot = inbox.rfind('.');
-    inbox = impl_->options.inbox_prefix + inbox.substr(dot == std::string::npos ? 0 : dot);
-  }
+  WISP_ASSIGN_OR_RETURN(const std::string inbox, NewInbox(impl_->options.inbox_prefix));
   natsSubscription* sub = nullptr;
-  s = natsConnection_SubscribeSync(&sub, impl_->nc, inbox.c_str());
+  natsStatus s = natsConnection_SubscribeSync(&sub, impl_->nc, inbox.c_str());
   if (s != NATS_OK) return FromNats(s, "subscribing to reply inbox");
   auto retire = [retirer = impl_->retirer.get()](natsSubscription* x) { retirer->Retire(x); };
   auto sub_guard = std::unique_ptr<natsSubscription, decltype(retire)>(sub, retire);
@@ -1944,12 +1943,7 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   static void OnClosed(natsConnection*, void* closure) { delete static_cast<LinkHolder*>(closure); }
   static int64_t ReconnectDelay(natsConnection*, int attempts, void* closure) {
     const Link* c = static_cast<LinkHolder*>(closure)->get();
-    int64_t delay = c->reconnect_wait_ms;
-    for (int i = 1; i < attempts && delay < c->reconnect_wait_max_ms; ++i) delay *= 2;
-    delay = std::min(delay, c->reconnect_wait_max_ms);
-    thread_local std::mt19937 rng(std::random_device{}());
-    if (delay / 5 > 0) delay += std::uniform_int_distribution<int64_t>(0, delay / 5)(rng);
-    return delay;
+    return ReconnectDelayMs(attempts, c->reconnect_wait_ms, c->reconnect_wait_max_ms);
   }
 
   void Unwatch() {
@@ -1995,7 +1989,6 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
     }
   }
 
-#if WISP_NATS_HAS_FILTER
   // Every message this connection receives (only replies: its one subscription is the reply
   // inbox), inside natsConnection_ProcessReadEvent on the loop thread, before any subscription
   // queues it: taken here, so no delivery thread is involved. Not a synchronous subscription's
@@ -2011,7 +2004,6 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
                  [self = c->shared_from_this(), m = msg.release()] { self->OnReply(MsgPtr(m)); });
     }
   }
-#endif
 
   void OnReply(MsgPtr msg) {
     const auto id = ReplyId(msg.get());
@@ -2103,10 +2095,6 @@ absl::StatusOr<std::unique_ptr<LoopRequester>> LoopRequester::Connect(
     Requester& fallback) {
   WISP_RETURN_IF_ERROR(ValidateOptions(options));
   if (loops.empty()) return absl::InvalidArgumentError("bus loop: no event loops");
-#if !WISP_NATS_HAS_FILTER
-  return absl::UnimplementedError(
-      "bus loop: this libnats lacks natsConn_setFilterWithClosure (see common/bus/CMakeLists.txt)");
-#else
   auto impl = std::make_unique<Impl>(Impl{fallback, {}, nullptr});
   if (options.registry != nullptr) {
     impl->metrics = std::make_unique<BusClientMetrics>(*options.registry);
@@ -2156,15 +2144,7 @@ absl::StatusOr<std::unique_ptr<LoopRequester>> LoopRequester::Connect(
       return absl::UnavailableError(std::string(st.message()));
     }
     in.conns.push_back(conn);  // from here Close() closes it
-    natsInbox* raw_inbox = nullptr;
-    s = natsInbox_Create(&raw_inbox);
-    if (s != NATS_OK) return FromNats(s, "creating inbox");
-    conn->inbox = raw_inbox;
-    natsInbox_Destroy(raw_inbox);
-    if (!options.inbox_prefix.empty()) {
-      const size_t dot = conn->inbox.rfind('.');
-      conn->inbox = options.inbox_prefix + conn->inbox.substr(dot == std::string::npos ? 0 : dot);
-    }
+    WISP_ASSIGN_OR_RETURN(conn->inbox, NewInbox(options.inbox_prefix));
     const std::string wildcard = conn->inbox + ".*";
     natsConn_setFilterWithClosure(conn->nc, &LoopConn::Filter, conn.get());
     s = natsConnection_SubscribeSync(&conn->replies, conn->nc, wildcard.c_str());
@@ -2176,7 +2156,6 @@ absl::StatusOr<std::unique_ptr<LoopRequester>> LoopRequester::Connect(
     });
   }
   return out;
-#endif
 }
 
 LoopRequester::LoopRequester(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

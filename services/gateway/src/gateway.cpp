@@ -180,16 +180,10 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
   WISP_ASSIGN_OR_RETURN(auto failure_mode, admission::ParseFailureMode(settings.failure_mode));
   bus::Requester* admission_bus = &process.bus();
   if (gw->https_ && settings.admission_bus_per_thread) {
-    auto loop =
-        bus::LoopRequester::Connect(process.bus_options(), gw->https_->IoContexts(), process.bus());
-    if (absl::IsUnimplemented(loop.status())) {
-      SPDLOG_LOGGER_WARN(logger, "admission-bus-per-thread: {}; using the shared connection",
-                         std::string(loop.status().message()));
-    } else {
-      if (!loop.ok()) return loop.status();
-      gw->parts_->admission_bus = *std::move(loop);
-      admission_bus = gw->parts_->admission_bus.get();
-    }
+    WISP_ASSIGN_OR_RETURN(gw->parts_->admission_bus,
+                          bus::LoopRequester::Connect(process.bus_options(),
+                                                      gw->https_->IoContexts(), process.bus()));
+    admission_bus = gw->parts_->admission_bus.get();
   }
   gw->parts_->admission = std::make_unique<admission::AdmissionHandler>(
       *admission_bus, process.registry(),
