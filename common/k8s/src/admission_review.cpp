@@ -2,6 +2,8 @@
 
 #include <absl/strings/escaping.h>
 
+#include "wisp/k8s/json_writer.hpp"
+
 namespace wisp::k8s {
 namespace {
 
@@ -132,83 +134,6 @@ std::string EncodeWithJson(std::string_view api_version, const AdmissionResponse
   return out.dump();
 }
 
-// Length of the well-formed UTF-8 sequence at s[i] (1-4), or 0 when it is not one.
-size_t Utf8Length(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  auto cont = [&](size_t k) {
-    return i + k < s.size() && (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-  };
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    if (!cont(1) || !cont(2)) return 0;
-    const auto c1 = static_cast<unsigned char>(s[i + 1]);
-    if (c == 0xE0 && c1 < 0xA0) return 0;   // overlong
-    if (c == 0xED && c1 >= 0xA0) return 0;  // surrogate
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    if (!cont(1) || !cont(2) || !cont(3)) return 0;
-    const auto c1 = static_cast<unsigned char>(s[i + 1]);
-    if (c == 0xF0 && c1 < 0x90) return 0;   // overlong
-    if (c == 0xF4 && c1 >= 0x90) return 0;  // above U+10FFFF
-    return 4;
-  }
-  return 0;
-}
-
-// Appends `s` as a JSON string exactly as nlohmann's dump() writes it (short escapes for
-// \b \t \n \f \r \" \\, \u00xx for other control characters, UTF-8 as is). False when `s` is
-// not valid UTF-8.
-bool AppendString(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out.push_back('"');
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      const size_t n = Utf8Length(s, i);
-      if (n == 0) return false;
-      out.append(s.data() + i, n);
-      i += n;
-      continue;
-    }
-    switch (c) {
-      case '\b':
-        out += "\\b";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out.push_back(kHex[c >> 4]);
-          out.push_back(kHex[c & 0xf]);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-    ++i;
-  }
-  out.push_back('"');
-  return true;
-}
-
 }  // namespace
 
 // Written directly rather than through a Json tree (this is on every admission answer): the same
@@ -217,7 +142,7 @@ std::string EncodeAdmissionReview(std::string_view api_version, const AdmissionR
   std::string out;
   out.reserve(256 + response.patch.size() * 4 / 3 + response.message.size());
   bool ok = true;
-  auto str = [&](std::string_view s) { ok = AppendString(out, s) && ok; };
+  auto str = [&](std::string_view s) { ok = AppendJsonString(out, s) && ok; };
   out += "{\"apiVersion\":";
   str(api_version.empty() ? kAdmissionApiVersion : api_version);
   out += ",\"kind\":";

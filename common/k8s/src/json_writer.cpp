@@ -1,6 +1,8 @@
 #include "wisp/k8s/json_writer.hpp"
 
 #include <charconv>
+#include <cstdint>
+#include <cstring>
 
 namespace wisp::k8s {
 
@@ -9,19 +11,40 @@ namespace {
 // Printable ASCII other than '"' and '\\' is written as it is.
 constexpr bool Plain(unsigned char c) { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\'; }
 
+// The length of the prefix of `s` that is written as it is. Eight bytes at a time: most strings
+// (keys, names, paths, images) are all plain, and escaping is on every admission answer.
+size_t PlainPrefix(std::string_view s) {
+  constexpr uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr uint64_t kHigh = 0x8080808080808080ULL;
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t x;
+    std::memcpy(&x, s.data() + i, 8);
+    const uint64_t quote = x ^ (kOnes * '"');
+    const uint64_t backslash = x ^ (kOnes * '\\');
+    // A byte below 0x20, at or above 0x80, or equal to '"' or '\\' sets its high bit here
+    // (the standard "has a byte less than n" and "has a zero byte" tests).
+    const uint64_t special = ((x - kOnes * 0x20) & ~x) | x | ((quote - kOnes) & ~quote) |
+                             ((backslash - kOnes) & ~backslash);
+    if ((special & kHigh) != 0) break;
+  }
+  while (i < s.size() && Plain(static_cast<unsigned char>(s[i]))) ++i;
+  return i;
+}
+
 }  // namespace
 
 bool AppendJsonString(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
+  const size_t plain = PlainPrefix(s);
   out.push_back('"');
-  for (size_t i = 0; i < s.size(); ++i) {
-    // A run of plain characters (most strings are one) is copied at once.
-    size_t run = i;
-    while (run < s.size() && Plain(static_cast<unsigned char>(s[run]))) ++run;
-    if (run > i) {
-      out.append(s.data() + i, run - i);
-      if (run == s.size()) break;
-      i = run;
+  out.append(s.data(), plain);
+  for (size_t i = plain; i < s.size(); ++i) {
+    // A run of plain characters is copied at once.
+    if (const size_t run = PlainPrefix(s.substr(i)); run > 0) {
+      out.append(s.data() + i, run);
+      i += run;
+      if (i == s.size()) break;
     }
     const auto c = static_cast<unsigned char>(s[i]);
     switch (c) {
@@ -53,8 +76,6 @@ bool AppendJsonString(std::string& out, std::string_view s) {
       out += "\\u00";
       out.push_back(kHex[c >> 4]);
       out.push_back(kHex[c & 15]);
-    } else if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
     } else {
       // A UTF-8 sequence: lead byte, then 1-3 continuation bytes (no overlongs, no surrogates).
       const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;

@@ -43,5 +43,20 @@ TEST(JsonWriterTest, RawValuesAndInvalidUtf8) {
   }
 }
 
+// Tests the eight-bytes-at-a-time scan: a character that needs escaping (or is not ASCII) at every
+// position of strings longer than one block is written as dump() writes it.
+TEST(JsonWriterTest, EscapesAtEveryPosition) {
+  for (std::string_view special : {"\"", "\\", "\n", "\x01", "\x1f", "\x7f", "é", "€", "𝄞"}) {
+    for (size_t at = 0; at <= 19; ++at) {
+      std::string s = std::string(at, 'a') + std::string(special) + std::string(19 - at, ' ');
+      std::string out;
+      ASSERT_TRUE(AppendJsonString(out, s));
+      EXPECT_EQ(out, Json(s).dump()) << testing::PrintToString(s);
+    }
+  }
+  std::string out;
+  EXPECT_FALSE(AppendJsonString(out, std::string(11, 'x') + "\xff" + std::string(9, 'y')));
+}
+
 }  // namespace
 }  // namespace wisp::k8s

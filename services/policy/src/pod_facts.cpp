@@ -76,23 +76,40 @@ PodFacts::Container ReadContainer(element e) {
   PodFacts::Container c;
   c.is_object = e.type() == element_type::OBJECT;
   if (!c.is_object) return c;
-  c.name = String(Member(e, "name"));
-  c.image = String(Member(e, "image"));
-  if (auto sc = Member(e, "securityContext")) {
-    c.run_as_user = Int(Member(*sc, "runAsUser"));
-    c.run_as_group = Int(Member(*sc, "runAsGroup"));
+  // One pass over the members; a later duplicate replaces what an earlier one gave.
+  std::optional<element> name, image, security_context, mounts, env;
+  for (auto [key, value] : ObjectOf(e)) {
+    if (key == "name") {
+      name = value;
+    } else if (key == "image") {
+      image = value;
+    } else if (key == "securityContext") {
+      security_context = value;
+    } else if (key == "volumeMounts") {
+      mounts = value;
+    } else if (key == "env") {
+      env = value;
+    }
   }
-  auto mounts = Member(e, "volumeMounts");
+  c.name = String(name);
+  c.image = String(image);
+  if (security_context) {
+    c.run_as_user = Int(Member(*security_context, "runAsUser"));
+    c.run_as_group = Int(Member(*security_context, "runAsGroup"));
+  }
   c.volume_mounts_shape = ShapeOf(mounts, element_type::ARRAY);
   if (c.volume_mounts_shape == Shape::kExpected) {
-    for (element m : ArrayOf(*mounts)) {
+    simdjson::dom::array list = ArrayOf(*mounts);
+    c.volume_mounts.reserve(list.size());
+    for (element m : list) {
       c.volume_mounts.push_back({String(Member(m, "name")), String(Member(m, "mountPath"))});
     }
   }
-  auto env = Member(e, "env");
   c.env_shape = ShapeOf(env, element_type::ARRAY);
   if (c.env_shape == Shape::kExpected) {
-    for (element v : ArrayOf(*env)) c.env_names.push_back(String(Member(v, "name")));
+    simdjson::dom::array list = ArrayOf(*env);
+    c.env_names.reserve(list.size());
+    for (element v : list) c.env_names.push_back(String(Member(v, "name")));
   }
   return c;
 }

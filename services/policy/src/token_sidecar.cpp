@@ -240,6 +240,48 @@ struct Sidecar {
   Resources resources;
 };
 
+// The parts of the patch that no pod or policy changes, written once (by the same writer, so the
+// text is what writing them per request gave) and inserted as they are.
+struct FixedJson {
+  std::string security_context;  // the sidecar's restricted securityContext
+  std::string sidecar_mounts;    // the sidecar's volumeMounts
+  std::string socket_volume;     // the socket emptyDir
+  std::string socket_mount;      // an app container's mount of it
+  std::string token_url_env;     // an app container's WISP_TOKEN_URL
+};
+
+const FixedJson& Fragments() {
+  static const FixedJson fixed = [] {
+    FixedJson f;
+    k8s::JsonWriter w;
+    w.BeginObject();
+    w.Key("allowPrivilegeEscalation").Bool(false);
+    w.Key("readOnlyRootFilesystem").Bool(true);
+    w.Key("capabilities").BeginObject().Key("drop").BeginArray().String("ALL").EndArray();
+    w.EndObject();
+    w.Key("seccompProfile").BeginObject().Key("type").String("RuntimeDefault").EndObject();
+    w.Key("runAsNonRoot").Bool(true);
+    w.Key("runAsUser").Int(65534);
+    w.Key("runAsGroup").Int(65534);
+    f.security_context = w.EndObject().Take();
+    w.BeginArray();
+    w.BeginObject().Key("name").String(kSocketVolume).Key("mountPath").String(kSocketDir);
+    w.EndObject();
+    w.BeginObject().Key("name").String(kTokenVolume).Key("mountPath").String(kTokenDir);
+    w.Key("readOnly").Bool(true).EndObject();
+    f.sidecar_mounts = w.EndArray().Take();
+    w.BeginObject().Key("name").String(kSocketVolume);
+    w.Key("emptyDir").BeginObject().Key("medium").String("Memory").EndObject();
+    f.socket_volume = w.EndObject().Take();
+    w.BeginObject().Key("name").String(kSocketVolume).Key("mountPath").String(kSocketDir);
+    f.socket_mount = w.EndObject().Take();
+    w.BeginObject().Key("name").String(kTokenUrlEnv).Key("value").String(kTokenUrl);
+    f.token_url_env = w.EndObject().Take();
+    return f;
+  }();
+  return fixed;
+}
+
 void WriteSidecar(k8s::JsonWriter& w, const Sidecar& s, const Policy& policy) {
   w.BeginObject();
   w.Key("name").String(kSidecarName);
@@ -279,20 +321,8 @@ void WriteSidecar(k8s::JsonWriter& w, const Sidecar& s, const Policy& policy) {
     }
     w.EndObject();
   }
-  w.Key("securityContext").BeginObject();
-  w.Key("allowPrivilegeEscalation").Bool(false);
-  w.Key("readOnlyRootFilesystem").Bool(true);
-  w.Key("capabilities").BeginObject().Key("drop").BeginArray().String("ALL").EndArray().EndObject();
-  w.Key("seccompProfile").BeginObject().Key("type").String("RuntimeDefault").EndObject();
-  w.Key("runAsNonRoot").Bool(true);
-  w.Key("runAsUser").Int(65534);
-  w.Key("runAsGroup").Int(65534);
-  w.EndObject();
-  w.Key("volumeMounts").BeginArray();
-  w.BeginObject().Key("name").String(kSocketVolume).Key("mountPath").String(kSocketDir).EndObject();
-  w.BeginObject().Key("name").String(kTokenVolume).Key("mountPath").String(kTokenDir);
-  w.Key("readOnly").Bool(true).EndObject();
-  w.EndArray();
+  w.Key("securityContext").Raw(Fragments().security_context);
+  w.Key("volumeMounts").Raw(Fragments().sidecar_mounts);
   w.EndObject();
 }
 
@@ -418,10 +448,8 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
     volumes_exist = true;
   }
   if (!pod.HasVolume(kSocketVolume)) {
-    AddElement(patch, "/spec/volumes", volumes_exist, "0", [&](k8s::JsonWriter& w) {
-      w.BeginObject().Key("name").String(kSocketVolume);
-      w.Key("emptyDir").BeginObject().Key("medium").String("Memory").EndObject().EndObject();
-    });
+    AddElement(patch, "/spec/volumes", volumes_exist, "0",
+               [](k8s::JsonWriter& w) { w.Raw(Fragments().socket_volume); });
   }
 
   // Every app container reaches the sidecar through the socket directory.
@@ -437,17 +465,11 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
     const std::string base = "/spec/containers/" + std::to_string(i);
     if (!mounted) {
       AddElement(patch, base + "/volumeMounts", c->volume_mounts_shape == Shape::kExpected, "-",
-                 [](k8s::JsonWriter& w) {
-                   w.BeginObject().Key("name").String(kSocketVolume);
-                   w.Key("mountPath").String(kSocketDir).EndObject();
-                 });
+                 [](k8s::JsonWriter& w) { w.Raw(Fragments().socket_mount); });
     }
     if (!has_url) {
       AddElement(patch, base + "/env", c->env_shape == Shape::kExpected, "-",
-                 [](k8s::JsonWriter& w) {
-                   w.BeginObject().Key("name").String(kTokenUrlEnv);
-                   w.Key("value").String(kTokenUrl).EndObject();
-                 });
+                 [](k8s::JsonWriter& w) { w.Raw(Fragments().token_url_env); });
     }
   }
   if (!patch.ok()) {
