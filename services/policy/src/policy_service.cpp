@@ -87,8 +87,7 @@ absl::Status PolicyService::Apply(const std::vector<KvWrite>& writes) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(const v1::AdmissionCall& call,
-                                                           bool mutate) {
+absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(v1::AdmissionCall call, bool mutate) {
   std::shared_ptr<const Policy> policy;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -98,8 +97,10 @@ absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(const v1::AdmissionCa
       std::chrono::duration_cast<std::chrono::seconds>(clock_.Now().time_since_epoch()).count();
   // A pod's tree is left unbuilt unless a rule needs it: the pod rules read its facts, and only
   // the virt-launcher rule asks for the tree (see EvaluateMutate).
-  WISP_ASSIGN_OR_RETURN(AdmissionInput in,
-                        AdmissionInput::FromCall(call, now, AdmissionInput::PodTree::kDefer));
+  const bool dry_run = call.dry_run();
+  WISP_ASSIGN_OR_RETURN(
+      AdmissionInput in,
+      AdmissionInput::FromCall(std::move(call), now, AdmissionInput::PodTree::kDefer));
   RecordLookup lookup = [this](std::string_view bucket,
                                std::string_view key) -> absl::StatusOr<std::optional<std::string>> {
     bus::KeyValue* kv = Bucket(bucket);
@@ -113,7 +114,7 @@ absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(const v1::AdmissionCa
                            : EvaluateValidate(in, *policy, lookup);
   for (const auto& [rule, outcome] : verdict.rule_outcomes) metrics_.Decision(rule, outcome);
   if (!verdict.error.ok()) return absl::UnavailableError(std::string(verdict.error.message()));
-  if (verdict.allowed && !call.dry_run()) WISP_RETURN_IF_ERROR(Apply(verdict.writes));
+  if (verdict.allowed && !dry_run) WISP_RETURN_IF_ERROR(Apply(verdict.writes));
   return ToProto(verdict);
 }
 
@@ -129,18 +130,22 @@ bus::Reply PolicyService::Serve(const bus::Request& request, bool mutate) {
   if (request.Expired()) {
     return bus::Reply::Error(absl::DeadlineExceededError("deadline passed before evaluation"));
   }
-  auto verdict = Decide(*call, mutate);
+  // What the log lines name: the call itself moves into the rules (a copy of the object costs
+  // more than these).
+  const std::string kind = call->kind().kind();
+  const std::string ns = call->namespace_();
+  const std::string name = call->name();
+  auto verdict = Decide(*std::move(call), mutate);
   if (!verdict.ok()) {
     if (absl::IsInvalidArgument(verdict.status())) {
       metrics_.invalid_requests.Add({{"endpoint", endpoint}}).Increment();
     }
-    SPDLOG_LOGGER_WARN(logger, "{} {} {}/{}: {}", endpoint, call->kind().kind(), call->namespace_(),
-                       call->name(), std::string(verdict.status().message()));
+    SPDLOG_LOGGER_WARN(logger, "{} {} {}/{}: {}", endpoint, kind, ns, name,
+                       std::string(verdict.status().message()));
     return bus::Reply::Error(verdict.status());
   }
-  SPDLOG_LOGGER_DEBUG(logger, "{} {} {}/{}: allowed={} patch={}B", endpoint, call->kind().kind(),
-                      call->namespace_(), call->name(), verdict->allowed(),
-                      verdict->patch().size());
+  SPDLOG_LOGGER_DEBUG(logger, "{} {} {}/{}: allowed={} patch={}B", endpoint, kind, ns, name,
+                      verdict->allowed(), verdict->patch().size());
   return bus::ProtoReply(*verdict);
 }
 

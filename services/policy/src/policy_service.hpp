@@ -59,7 +59,7 @@ class PolicyService {
   bus::Reply Mutate(const bus::Request& request);
   bus::Reply Validate(const bus::Request& request);
   // The logic behind both endpoints, callable without a bus (wispctl admit --local).
-  absl::StatusOr<v1::AdmissionVerdict> Decide(const v1::AdmissionCall& call, bool mutate);
+  absl::StatusOr<v1::AdmissionVerdict> Decide(v1::AdmissionCall call, bool mutate);
 
   void SetPolicy(Policy policy);
 
