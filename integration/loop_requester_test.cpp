@@ -1,5 +1,6 @@
-// LoopRequester against a real nats-server: connections driven by asio io_contexts on their own
-// threads, as the gateway's HTTPS I/O threads drive them.
+// The event-loop connections against a real nats-server: LoopRequester's, driven by asio
+// io_contexts on their own threads as the gateway's HTTPS I/O threads drive them, and the ones
+// NatsBus::ServeOnLoops serves a subject on (wisp-policy's --serve-loops).
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
@@ -8,10 +9,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <future>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "wisp/bus/loop_requester.hpp"
 #include "wisp/bus/nats_bus.hpp"
+#include "wisp/bus/service.hpp"
 #include "wisp/integration/harness.hpp"
 
 namespace wisp::bus {
@@ -323,6 +327,129 @@ TEST_F(LoopRequesterTest, StartsBeforeNats) {
         return a.reply.ok() && fallback_->async.load() == before;
       },
       15s));
+}
+
+// ---- ServeOnLoops ----
+
+// Tests requests served on two event-loop connections: replies, request ids, micro errors and
+// the deadline header reach the handler as Serve gives them; 400 requests in flight are each
+// answered once, by at most two threads that are neither the caller's nor nats.c's; and a
+// bus::Service endpoint on loops counts them in STATS.
+TEST_F(LoopRequesterTest, ServeOnLoopsAnswers) {
+  std::mutex mu;
+  std::set<std::thread::id> threads;
+  auto sub = bus_->ServeOnLoops(
+      "it.sl", "q",
+      [&](const Request& r) {
+        {
+          std::lock_guard lock(mu);
+          threads.insert(std::this_thread::get_id());
+        }
+        if (r.msg.data == "deny") return Reply::Error(absl::PermissionDeniedError("not you"));
+        Reply reply = Reply::Ok("served:" + r.msg.data);
+        reply.headers["X-Rid"] = r.request_id;
+        reply.headers["X-Timeout"] = std::string(r.msg.Header(kHeaderTimeoutMs));
+        return reply;
+      },
+      2);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  ASSERT_TRUE(Eventually([&] { return bus_->Request("it.sl", "x", 1s).ok(); }));
+
+  auto one = bus_->Request("it.sl", "hi", 2s, {{std::string(kHeaderRequestId), "r-1"}});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->data, "served:hi");
+  EXPECT_EQ(one->Header("X-Rid"), "r-1");
+  EXPECT_EQ(one->Header("X-Timeout"), "2000");
+  EXPECT_EQ(bus_->Request("it.sl", "deny", 2s).status(), absl::PermissionDeniedError("not you"));
+
+  constexpr int kCalls = 400;
+  std::atomic<int> answered{0}, wrong{0};
+  std::promise<void> all;
+  for (int i = 0; i < kCalls; ++i) {
+    bus_->RequestAsync("it.sl", std::to_string(i), 5s, {}, [&, i](absl::StatusOr<Message> r) {
+      if (!r.ok() || r->data != "served:" + std::to_string(i)) ++wrong;
+      if (++answered == kCalls) all.set_value();
+    });
+  }
+  ASSERT_EQ(all.get_future().wait_for(10s), std::future_status::ready) << answered.load();
+  EXPECT_EQ(wrong.load(), 0);
+  {
+    std::lock_guard lock(mu);
+    EXPECT_LE(threads.size(), 2u);
+    EXPECT_EQ(threads.count(std::this_thread::get_id()), 0u);
+  }
+
+  auto svc = Service::Start(*bus_, {.name = "it-loops", .version = "1.0.0"});
+  ASSERT_TRUE(svc.ok()) << svc.status();
+  ASSERT_TRUE((*svc)
+                  ->AddEndpoint("work", "it.slsvc", "",
+                                [](const Request&) { return Reply::Ok("done"); },
+                                {.loop_connections = 2})
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return bus_->Request("it.slsvc", "", 1s).ok(); }));
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(bus_->Request("it.slsvc", "", 2s).ok());
+  const std::string stats = (*svc)->StatsJson();
+  EXPECT_NE(stats.find("\"num_requests\":10"), std::string::npos) << stats;
+}
+
+// Tests that draining a subject served on loops answers every request the server had sent
+// before the drain (none is dropped), then stops serving; through Subscription::Drain and
+// through NatsBus::Drain.
+TEST_F(LoopRequesterTest, ServeOnLoopsDrainsWithoutLoss) {
+  for (bool whole_bus : {false, true}) {
+    SCOPED_TRACE(whole_bus ? "NatsBus::Drain" : "Subscription::Drain");
+    NatsBusOptions o = options_;
+    o.name = "it-drain";
+    auto server_bus = NatsBus::Connect(o);
+    ASSERT_TRUE(server_bus.ok()) << server_bus.status();
+    auto sub = (*server_bus)
+                   ->ServeOnLoops(
+                       "it.sldrain", "q",
+                       [](const Request& r) {
+                         std::this_thread::sleep_for(20ms);
+                         return Reply::Ok("done:" + r.msg.data);
+                       },
+                       2);
+    ASSERT_TRUE(sub.ok()) << sub.status();
+    ASSERT_TRUE(Eventually([&] { return bus_->Request("it.sldrain", "warm", 2s).ok(); }));
+
+    constexpr int kCalls = 30;  // about 0.3 s of work per connection
+    std::atomic<int> answered{0}, failed{0};
+    std::promise<void> all;
+    for (int i = 0; i < kCalls; ++i) {
+      bus_->RequestAsync("it.sldrain", std::to_string(i), 10s, {},
+                         [&, i](absl::StatusOr<Message> r) {
+                           if (!r.ok() || r->data != "done:" + std::to_string(i)) ++failed;
+                           if (++answered == kCalls) all.set_value();
+                         });
+    }
+    std::this_thread::sleep_for(50ms);  // the requests reach the server and the loops
+    const absl::Status drained = whole_bus ? (*server_bus)->Drain(10s) : (*sub)->Drain();
+    EXPECT_TRUE(drained.ok()) << drained;
+    ASSERT_EQ(all.get_future().wait_for(10s), std::future_status::ready) << answered.load();
+    EXPECT_EQ(failed.load(), 0);
+    // Nobody serves the subject any more.
+    EXPECT_EQ(bus_->Request("it.sldrain", "after", 1s).status().code(),
+              absl::StatusCode::kUnavailable);
+  }
+}
+
+// Tests that connections serving on loops come back after a nats-server SIGKILL and serve again.
+TEST_F(LoopRequesterTest, ServeOnLoopsReconnects) {
+  NatsBusOptions o = options_;
+  o.name = "it-serve-re";
+  auto server_bus = NatsBus::Connect(o);
+  ASSERT_TRUE(server_bus.ok()) << server_bus.status();
+  auto sub = (*server_bus)
+                 ->ServeOnLoops(
+                     "it.slre", "q", [](const Request&) { return Reply::Ok("up"); }, 2);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  ASSERT_TRUE(Eventually([&] { return bus_->Request("it.slre", "", 1s).ok(); }));
+  nats_->Kill();
+  EXPECT_FALSE(bus_->Request("it.slre", "", 300ms).ok());
+  ASSERT_TRUE(nats_->Restart().ok());
+  ASSERT_TRUE(Eventually([&] { return bus_->Request("it.slre", "", 1s).ok(); }, 15s));
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(bus_->Request("it.slre", "", 2s).ok());
 }
 
 }  // namespace

@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
   runtime::AddCommonFlags(flags, common);
   flags.String("review", &review_file, "AdmissionReview JSON whose verdict is the answer.");
   flags.String("policy-file", &policy_file, "wisp-policy rules file the verdict is computed with.");
+  int64_t serve_loops = 1;
+  flags.Int("serve-loops", &serve_loops,
+            "As wisp-policy's: serve on this many event-loop connections of their own (0: the "
+            "shared connection with --serve-threads threads).");
   flags.ParseOrExit(argc, argv);
   auto verdict = Verdict(review_file, policy_file);
   if (!verdict.ok()) return runtime::Fail("admission_null_policy", verdict.status());
@@ -51,7 +55,8 @@ int main(int argc, char** argv) {
   auto micro = (*process)->RegisterService("one precomputed admission verdict");
   if (!micro.ok()) return runtime::Fail("admission_null_policy", micro.status());
   auto st = (*micro)->AddEndpoint("mutate", bus::subjects::kPolicyMutate, bus::queues::kPolicy,
-                                  [&](const bus::Request&) { return bus::Reply::Ok(*verdict); });
+                                  [&](const bus::Request&) { return bus::Reply::Ok(*verdict); },
+                                  {.loop_connections = static_cast<int>(serve_loops)});
   if (!st.ok()) return runtime::Fail("admission_null_policy", st);
   (*process)->WaitForSignal();
   return (*process)->Shutdown();

@@ -13,7 +13,8 @@
 # computed at start), and "floor-https", the same HTTPS server answering the real answer at once
 # (admission_bench_server --fixed-response: no parsing, no bus).
 # Environment: RATE, PACED_CONNS, WRK_THREADS (2), HTTP_THREADS (admission server, 2),
-# SERVE_THREADS (wisp-policy, 2), NATS_GOGC (nats-server's GOGC, 400 as deployed), NATS_GOMAXPROCS
+# SERVE_THREADS (wisp-policy, 2), POLICY_FLAGS (more flags for wisp-policy and its stand-in, e.g.
+# "--serve-loops 0" to measure the shared connection), NATS_GOGC (nats-server's GOGC, 400 as deployed), NATS_GOMAXPROCS
 # (1, as docker-compose and scripts/local-up run it on a machine shared with the stack).
 # Needs nats-server, nginx, wrk (LuaJIT), openssl, python3.
 set -euo pipefail
@@ -70,7 +71,7 @@ PIDS+=($!)
 wait_port "$NATS_PORT"
 "$BIN/wisp-policy" --nats-url "nats://127.0.0.1:$NATS_PORT" --metrics-address 127.0.0.1:0 \
   --policy-file "$ROOT/deploy/local/policy.yaml" --serve-threads "${SERVE_THREADS:-2}" \
-  --log-level warn > "$WORK/policy.log" 2>&1 &
+  ${POLICY_FLAGS:-} --log-level warn > "$WORK/policy.log" 2>&1 &
 PIDS+=($!)
 NATS_PID=${PIDS[0]}
 POLICY_PID=$!
@@ -164,7 +165,7 @@ if [[ ${FLOORS:-0} == 1 ]]; then
   "$BIN/admission_null_policy" --nats-url "nats://127.0.0.1:$NATS_PORT" \
     --metrics-address 127.0.0.1:0 --review "$WORK/review.json" \
     --policy-file "$ROOT/deploy/local/policy.yaml" --serve-threads "${SERVE_THREADS:-2}" \
-    --log-level warn > "$WORK/null-policy.log" 2>&1 &
+    ${POLICY_FLAGS:-} --log-level warn > "$WORK/null-policy.log" 2>&1 &
   PIDS+=($!)
   NULL_PID=$!
   # Ready when the stand-in gives the answer wisp-policy gave.

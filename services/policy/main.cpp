@@ -19,6 +19,18 @@ int main(int argc, char** argv) {
   flags.Duration("policy-reload-interval", &reload_interval,
                  "Also reload the policy file when its contents change, checked this often "
                  "(e.g. 10s for a mounted ConfigMap). 0: only on SIGHUP.");
+  int64_t serve_loops = 1;
+  flags.Int("serve-loops", &serve_loops,
+            "Serve the mutate and validate endpoints each on this many NATS connections of their "
+            "own, each read, evaluated and answered by one thread: no thread hop per review, and "
+            "the answers to one read leave in one write. A review that waits on the bus (a KV "
+            "record) holds up the reviews behind it on its connection. Each is a NATS connection "
+            "of its own (count them in connection limits). 0: serve them on the shared "
+            "connection with --serve-threads threads.",
+            [](int64_t n) {
+              return n >= 0 && n <= 64 ? absl::OkStatus()
+                                       : absl::InvalidArgumentError("must be between 0 and 64");
+            });
   flags.ParseOrExit(argc, argv);
   auto policy =
       policy_file.empty() ? policy::ParsePolicyYaml("") : policy::LoadPolicyFile(policy_file);
@@ -38,7 +50,9 @@ int main(int argc, char** argv) {
   policy::PolicyService service(**pods, **sources, *policy, SystemClock::Instance(), metrics);
   auto micro = (*process)->RegisterService("injection and validation rules for admission");
   if (!micro.ok()) return runtime::Fail("wisp-policy", micro.status());
-  if (auto st = service.AddEndpoints(**micro); !st.ok()) return runtime::Fail("wisp-policy", st);
+  if (auto st = service.AddEndpoints(**micro, static_cast<int>(serve_loops)); !st.ok()) {
+    return runtime::Fail("wisp-policy", st);
+  }
   policy::ReloadMetrics reload_metrics((*process)->registry());
   std::optional<policy::PolicyReloader> reloader;
   if (!policy_file.empty()) {

@@ -5,6 +5,7 @@
 #include <nats/nats.h>
 #include <unistd.h>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
@@ -400,6 +401,24 @@ int64_t NowNs() {
       .count();
 }
 
+// Publishes `reply` to the request `in` (served on `subject`) over `nc`.
+void SendReply(natsConnection* nc, const std::string& subject, const Message& in,
+               const Reply& reply) {
+  if (in.reply.empty()) return;  // a publish to a service subject: nobody waits
+  natsStatus s = NATS_OK;
+  if (reply.headers.empty()) {  // most replies: no natsMsg to build (one copy fewer)
+    s = natsConnection_Publish(nc, in.reply.c_str(), reply.data.data(),
+                               static_cast<int>(reply.data.size()));
+  } else {
+    auto out = BuildMsg(in.reply, nullptr, reply.data, reply.headers);
+    if (!out.ok()) return;
+    s = natsConnection_PublishMsg(nc, out->get());
+  }
+  if (s != NATS_OK) {
+    SPDLOG_LOGGER_WARN(Logger(), "reply on {} not sent: {}", subject, natsStatus_GetText(s));
+  }
+}
+
 // Wakes a spare serving thread when a handler has run inline for longer than kInlineGraceNs (see
 // ServeCore). Ticks every kTickMs while requests flow; sleeps after a second without any.
 class Ticker {
@@ -511,27 +530,11 @@ struct ServeCore {
     }
   }
 
-  void SendReply(const Message& in, const Reply& reply) {
-    if (in.reply.empty()) return;  // a publish to a service subject: nobody waits
-    natsStatus s = NATS_OK;
-    if (reply.headers.empty()) {  // most replies: no natsMsg to build (one copy fewer)
-      s = natsConnection_Publish(nc, in.reply.c_str(), reply.data.data(),
-                                 static_cast<int>(reply.data.size()));
-    } else {
-      auto out = BuildMsg(in.reply, nullptr, reply.data, reply.headers);
-      if (!out.ok()) return;
-      s = natsConnection_PublishMsg(nc, out->get());
-    }
-    if (s != NATS_OK) {
-      SPDLOG_LOGGER_WARN(Logger(), "reply on {} not sent: {}", subject, natsStatus_GetText(s));
-    }
-  }
-
   void Handle(MsgPtr msg, Clock::time_point arrived) {
     Message in = ToMessage(msg.get());
     SpentMsgs::Add(std::move(msg));
     log::ScopedRequestId rid(in.Header(kHeaderRequestId));
-    SendReply(in, ServeRequest(handler, in, arrived));
+    SendReply(nc, subject, in, ServeRequest(handler, in, arrived));
   }
 
   // Runs one message with `lock` released; counts it as running. Nobody is woken afterwards: this
@@ -979,6 +982,10 @@ struct AsyncCore : std::enable_shared_from_this<AsyncCore> {
 
 // ---- The connection ----
 
+namespace {
+struct LoopServeCore;  // ServeOnLoops (below, with the event-loop connections)
+}  // namespace
+
 struct NatsBus::Impl {
   NatsBusOptions options;
   natsConnection* nc = nullptr;
@@ -990,7 +997,8 @@ struct NatsBus::Impl {
   std::condition_variable cv;
   bool closed = false;
   std::atomic<bool> closing{false};  // we are closing on purpose: a disconnect is expected
-  std::vector<std::weak_ptr<ServeCore>> serves;  // for Drain() and the ticker
+  std::vector<std::weak_ptr<ServeCore>> serves;           // for Drain() and the ticker
+  std::vector<std::weak_ptr<LoopServeCore>> loop_serves;  // for Drain()
   std::shared_ptr<Ticker> ticker;
   std::shared_ptr<AsyncCore> async;              // RequestAsync
   std::shared_ptr<SubscriptionRetirer> retirer;  // set once connected
@@ -1797,40 +1805,6 @@ std::string NatsBus::ConnectedUrl() const {
   return url;
 }
 
-absl::Status NatsBus::Drain(std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  std::vector<std::shared_ptr<ServeCore>> serves;
-  {
-    std::lock_guard lock(impl_->mu);
-    for (auto& w : impl_->serves) {
-      if (auto c = w.lock()) serves.push_back(std::move(c));
-    }
-  }
-  // First stop taking requests and let the delivered ones finish while replies can still go out.
-  for (auto& core : serves) core->StartDrain();
-  if (!serves.empty()) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    natsConnection_FlushTimeout(impl_->nc, std::max<int64_t>(left.count(), 1));
-  }
-  bool idle = true;
-  for (auto& core : serves) {
-    if (!core->finished) idle = core->WaitDrained(deadline) && idle;
-  }
-  impl_->closing = true;
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  natsStatus s = natsConnection_DrainTimeout(impl_->nc, std::max<int64_t>(left.count(), 1));
-  if (s != NATS_OK && s != NATS_CONNECTION_CLOSED) natsConnection_Close(impl_->nc);
-  std::unique_lock lock(impl_->mu);
-  const bool closed = impl_->cv.wait_until(lock, deadline + std::chrono::milliseconds(500),
-                                           [&] { return impl_->closed; });
-  lock.unlock();
-  if (!closed) natsConnection_Close(impl_->nc);
-  impl_->async->Close();  // nothing more can answer
-  if (!idle || !closed) return absl::DeadlineExceededError("bus drain did not finish in time");
-  return absl::OkStatus();
-}
-
 // ---- LoopRequester ----
 
 namespace {
@@ -1871,6 +1845,10 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   asio::io_context& ioc;
   natsConnection* nc = nullptr;
   natsSubscription* replies = nullptr;  // the reply inbox; Filter takes every message
+  // Serving (ServeOnLoops): every message is a request on `serve_subject` for `serve` (set before
+  // connecting, then read-only). Unset: every message is a reply to a request of this connection.
+  const RequestHandler* serve = nullptr;
+  std::string serve_subject;
   std::string inbox;
   const std::shared_ptr<Link> link;
   BusClientMetrics* metrics = nullptr;  // may be null
@@ -1998,11 +1976,30 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
     MsgPtr msg(*raw);
     *raw = nullptr;
     if (c->OnLoop()) {
-      c->OnReply(std::move(msg));
+      c->OnMessage(std::move(msg), Clock::now());
     } else {  // not expected: nats.c reads only in ProcessReadEvent once attached
-      asio::post(c->ioc,
-                 [self = c->shared_from_this(), m = msg.release()] { self->OnReply(MsgPtr(m)); });
+      asio::post(c->ioc, [self = c->shared_from_this(), m = msg.release(), at = Clock::now()] {
+        self->OnMessage(MsgPtr(m), at);
+      });
     }
+  }
+
+  void OnMessage(MsgPtr msg, Clock::time_point arrived) {
+    if (serve != nullptr) {
+      OnRequest(std::move(msg), arrived);
+    } else {
+      OnReply(std::move(msg));
+    }
+  }
+
+  // A request, served here and now: its reply joins the others of this read in nats.c's buffer,
+  // and the loop writes them at once when the read is done.
+  void OnRequest(MsgPtr msg, Clock::time_point arrived) {
+    if (closed) return;
+    Message in = ToMessage(msg.get());
+    Spend(std::move(msg));
+    log::ScopedRequestId rid(in.Header(kHeaderRequestId));
+    SendReply(nc, serve_subject, in, ServeRequest(*serve, in, arrived));
   }
 
   void OnReply(MsgPtr msg) {
@@ -2057,6 +2054,49 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
     return true;
   }
 
+  // Opens the connection in event-loop mode on `ioc` (named `name`) and sets the filter. With
+  // retry_on_failed_connect, a server that is not up yet is not an error: nats.c keeps trying.
+  absl::Status Connect(const NatsBusOptions& options, std::string name) {
+    link->name = std::move(name);
+    link->reconnect_wait_ms = std::max<int64_t>(Ms(options.reconnect_wait), 1);
+    link->reconnect_wait_max_ms = std::max(link->reconnect_wait_ms, Ms(options.reconnect_wait_max));
+    natsOptions* o = nullptr;
+    natsStatus s = natsOptions_Create(&o);
+    if (s != NATS_OK) return FromNats(s, "nats options");
+    std::unique_ptr<natsOptions, void (*)(natsOptions*)> guard(o, natsOptions_Destroy);
+    WISP_RETURN_IF_ERROR(SetServerOptions(o, options));
+    natsOptions_SetName(o, link->name.c_str());
+    natsOptions_SetTimeout(o, Ms(options.connect_timeout));
+    natsOptions_SetAllowReconnect(o, true);
+    natsOptions_SetMaxReconnect(o, -1);  // forever
+    // Freed by OnClosed, or below when no connection is made (then nats.c calls nothing).
+    auto* holder = new LinkHolder(link);
+    natsOptions_SetCustomReconnectDelay(o, ReconnectDelay, holder);
+    natsOptions_SetPingInterval(o, std::max<int64_t>(Ms(options.ping_interval), 100));
+    natsOptions_SetMaxPingsOut(o, 2);
+    // In event-loop mode SendAsap asks the loop for one write per pass rather than waking a
+    // flusher thread that waits a millisecond.
+    natsOptions_SetSendAsap(o, true);
+    natsOptions_SetDisconnectedCB(o, OnDisconnected, holder);
+    natsOptions_SetReconnectedCB(o, OnConnected, holder);
+    natsOptions_SetClosedCB(o, OnClosed, holder);
+    if (options.retry_on_failed_connect) {
+      natsOptions_SetRetryOnFailedConnect(o, true, OnConnected, holder);
+    }
+    natsOptions_SetEventLoop(o, this, EvAttach, EvRead, EvWrite, EvDetach);
+    s = natsConnection_Connect(&nc, o);
+    if (s == NATS_OK) {
+      link->connected = true;
+    } else if (s != NATS_NOT_YET_CONNECTED || !options.retry_on_failed_connect) {
+      absl::Status st = FromNats(s, "connecting to NATS");
+      nc = nullptr;
+      delete holder;
+      return absl::UnavailableError(std::string(st.message()));
+    }
+    natsConn_setFilterWithClosure(nc, &LoopConn::Filter, this);
+    return absl::OkStatus();
+  }
+
   // Loop thread: fails what is pending and stops watching.
   void Shutdown() {
     closed = true;
@@ -2103,51 +2143,14 @@ absl::StatusOr<std::unique_ptr<LoopRequester>> LoopRequester::Connect(
   Impl& in = *out->impl_;
   for (size_t i = 0; i < loops.size(); ++i) {
     auto conn = std::make_shared<LoopConn>(&in, *loops[i]);
-    LoopConn::Link& link = *conn->link;
-    link.name =
-        (options.name.empty() ? std::string("wisp") : options.name) + "-loop-" + std::to_string(i);
-    link.reconnect_wait_ms = std::max<int64_t>(Ms(options.reconnect_wait), 1);
-    link.reconnect_wait_max_ms = std::max(link.reconnect_wait_ms, Ms(options.reconnect_wait_max));
     conn->metrics = in.metrics.get();
-    natsOptions* o = nullptr;
-    natsStatus s = natsOptions_Create(&o);
-    if (s != NATS_OK) return FromNats(s, "nats options");
-    std::unique_ptr<natsOptions, void (*)(natsOptions*)> guard(o, natsOptions_Destroy);
-    WISP_RETURN_IF_ERROR(SetServerOptions(o, options));
-    natsOptions_SetName(o, link.name.c_str());
-    natsOptions_SetTimeout(o, Ms(options.connect_timeout));
-    natsOptions_SetAllowReconnect(o, true);
-    natsOptions_SetMaxReconnect(o, -1);  // forever
-    // Freed by OnClosed, or below when no connection is made (then nats.c calls nothing).
-    auto* holder = new LoopConn::LinkHolder(conn->link);
-    natsOptions_SetCustomReconnectDelay(o, LoopConn::ReconnectDelay, holder);
-    natsOptions_SetPingInterval(o, std::max<int64_t>(Ms(options.ping_interval), 100));
-    natsOptions_SetMaxPingsOut(o, 2);
-    // In event-loop mode SendAsap asks the loop for one write per pass rather than waking a
-    // flusher thread that waits a millisecond.
-    natsOptions_SetSendAsap(o, true);
-    natsOptions_SetDisconnectedCB(o, LoopConn::OnDisconnected, holder);
-    natsOptions_SetReconnectedCB(o, LoopConn::OnConnected, holder);
-    natsOptions_SetClosedCB(o, LoopConn::OnClosed, holder);
-    if (options.retry_on_failed_connect) {
-      natsOptions_SetRetryOnFailedConnect(o, true, LoopConn::OnConnected, holder);
-    }
-    natsOptions_SetEventLoop(o, conn.get(), LoopConn::EvAttach, LoopConn::EvRead, LoopConn::EvWrite,
-                             LoopConn::EvDetach);
-    s = natsConnection_Connect(&conn->nc, o);
-    if (s == NATS_OK) {
-      link.connected = true;
-    } else if (s != NATS_NOT_YET_CONNECTED || !options.retry_on_failed_connect) {
-      absl::Status st = FromNats(s, "connecting to NATS");
-      conn->nc = nullptr;
-      delete holder;
-      return absl::UnavailableError(std::string(st.message()));
-    }
+    WISP_RETURN_IF_ERROR(
+        conn->Connect(options, (options.name.empty() ? std::string("wisp") : options.name) +
+                                   "-loop-" + std::to_string(i)));
     in.conns.push_back(conn);  // from here Close() closes it
     WISP_ASSIGN_OR_RETURN(conn->inbox, NewInbox(options.inbox_prefix));
     const std::string wildcard = conn->inbox + ".*";
-    natsConn_setFilterWithClosure(conn->nc, &LoopConn::Filter, conn.get());
-    s = natsConnection_SubscribeSync(&conn->replies, conn->nc, wildcard.c_str());
+    natsStatus s = natsConnection_SubscribeSync(&conn->replies, conn->nc, wildcard.c_str());
     if (s != NATS_OK) return FromNats(s, "subscribing to " + wildcard);
     natsSubscription_SetPendingLimits(conn->replies, 65536, 256 * 1024 * 1024);
     asio::post(*loops[i], [conn] {
@@ -2215,6 +2218,198 @@ void LoopRequester::Close() {
     natsConnection_Destroy(c->nc);
     c->nc = nullptr;
   }
+}
+
+// ---- ServeOnLoops ----
+
+namespace {
+
+// One subject served over event-loop connections (LoopConn with `serve` set), each on an
+// io_context and a thread of its own, all in the subject's queue group.
+struct LoopServeCore {
+  struct Loop {
+    std::unique_ptr<asio::io_context> ioc;
+    std::shared_ptr<LoopConn> conn;
+    natsSubscription* sub = nullptr;
+    std::thread thread;
+  };
+  std::string subject;
+  RequestHandler handler;
+  std::vector<Loop> loops;
+  std::atomic<bool> finished{false};
+
+  // Unsubscribes in drain mode: the server stops sending, and what it sent before is read and
+  // served by the loops (the filter takes each request as it is parsed, so nothing waits in
+  // nats.c's queue and the drain completes once the server has confirmed the unsubscribe).
+  void StartDrain() {
+    if (finished) return;
+    for (auto& l : loops) {
+      if (l.sub != nullptr && natsSubscription_Drain(l.sub) != NATS_OK) {
+        natsSubscription_Unsubscribe(l.sub);
+      }
+    }
+  }
+
+  // After StartDrain: waits until each connection's drain completed and its last replies left.
+  bool WaitDrained(Clock::time_point deadline) {
+    bool drained = true;
+    for (auto& l : loops) {
+      if (l.sub == nullptr) continue;
+      auto left = [&] {
+        return std::max<int64_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count(),
+            1);
+      };
+      if (natsSubscription_WaitForDrainCompletion(l.sub, left()) != NATS_OK ||
+          natsSubscription_DrainCompletionStatus(l.sub) != NATS_OK) {
+        drained = false;
+      }
+      // The ping goes out after the replies in the connection's buffer, so its answer says they
+      // were written.
+      if (natsConnection_FlushTimeout(l.conn->nc, left()) != NATS_OK) drained = false;
+    }
+    return drained;
+  }
+
+  // Closes the connections and stops the loops, once their handlers have returned.
+  void Close() {
+    if (finished.exchange(true)) return;
+    for (auto& l : loops) {
+      l.conn->link->closing = true;
+      natsConnection_Close(l.conn->nc);  // its event-loop callbacks only post to the loop
+    }
+    for (auto& l : loops) {
+      if (l.thread.joinable()) {
+        asio::post(*l.ioc, [c = l.conn, ioc = l.ioc.get()] {
+          c->Shutdown();
+          ioc->stop();
+        });
+        l.thread.join();
+      } else {
+        l.conn->Shutdown();
+      }
+    }
+    for (auto& l : loops) {
+      // What is still queued (callbacks nats.c posted while closing, the cancelled waits) runs
+      // now and sees the connection shut down, so no handler holds it when the loop goes.
+      l.ioc->restart();
+      l.ioc->poll();
+      if (l.sub != nullptr) natsSubscription_Destroy(l.sub);
+      l.sub = nullptr;
+      natsConnection_Destroy(l.conn->nc);
+      l.conn->nc = nullptr;
+    }
+  }
+};
+
+class NatsLoopServeSubscription final : public Subscription {
+ public:
+  explicit NatsLoopServeSubscription(std::shared_ptr<LoopServeCore> core)
+      : core_(std::move(core)) {}
+  ~NatsLoopServeSubscription() override { core_->Close(); }
+
+  absl::Status Drain() override {
+    if (core_->finished) return absl::OkStatus();
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    core_->StartDrain();
+    const bool done = core_->WaitDrained(deadline);
+    core_->Close();
+    return done ? absl::OkStatus()
+                : absl::DeadlineExceededError("drain of " + core_->subject + " timed out");
+  }
+
+ private:
+  std::shared_ptr<LoopServeCore> core_;
+};
+
+}  // namespace
+
+absl::StatusOr<SubscriptionPtr> NatsBus::ServeOnLoops(std::string_view subject,
+                                                      std::string_view queue_group,
+                                                      RequestHandler handler, int connections) {
+  if (connections <= 0) return Serve(subject, queue_group, std::move(handler));
+  if (subject.empty()) return absl::InvalidArgumentError("serve: empty subject");
+  auto core = std::make_shared<LoopServeCore>();
+  core->subject = std::string(subject);
+  core->handler = std::move(handler);
+  // From here the subscription owns the core: an error below closes what was opened.
+  SubscriptionPtr out = std::make_unique<NatsLoopServeSubscription>(core);
+  const NatsBusOptions& options = impl_->options;
+  const std::string queue(queue_group);
+  for (int i = 0; i < connections; ++i) {
+    LoopServeCore::Loop& l = core->loops.emplace_back();
+    l.ioc = std::make_unique<asio::io_context>(1);
+    l.conn = std::make_shared<LoopConn>(core.get(), *l.ioc);
+    l.conn->serve = &core->handler;
+    l.conn->serve_subject = core->subject;
+    absl::Status st =
+        l.conn->Connect(options, (options.name.empty() ? std::string("wisp") : options.name) +
+                                     "-serve-" + core->subject + "-" + std::to_string(i));
+    if (!st.ok()) {
+      core->loops.pop_back();
+      return st;
+    }
+    natsStatus s = queue.empty()
+                       ? natsConnection_SubscribeSync(&l.sub, l.conn->nc, core->subject.c_str())
+                       : natsConnection_QueueSubscribeSync(&l.sub, l.conn->nc,
+                                                           core->subject.c_str(), queue.c_str());
+    if (s != NATS_OK) return FromNats(s, "subscribing to " + core->subject);
+    l.thread = std::thread([ioc = l.ioc.get()] {
+      auto work = asio::make_work_guard(*ioc);  // run until Close stops it
+      ioc->run();
+    });
+  }
+  {
+    std::lock_guard lock(impl_->mu);
+    std::erase_if(impl_->loop_serves,
+                  [](const std::weak_ptr<LoopServeCore>& w) { return w.expired(); });
+    impl_->loop_serves.push_back(core);
+  }
+  return out;
+}
+
+absl::Status NatsBus::Drain(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::vector<std::shared_ptr<ServeCore>> serves;
+  std::vector<std::shared_ptr<LoopServeCore>> loop_serves;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (auto& w : impl_->serves) {
+      if (auto c = w.lock()) serves.push_back(std::move(c));
+    }
+    for (auto& w : impl_->loop_serves) {
+      if (auto c = w.lock()) loop_serves.push_back(std::move(c));
+    }
+  }
+  // First stop taking requests and let the delivered ones finish while replies can still go out.
+  for (auto& core : serves) core->StartDrain();
+  for (auto& core : loop_serves) core->StartDrain();
+  if (!serves.empty()) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    natsConnection_FlushTimeout(impl_->nc, std::max<int64_t>(left.count(), 1));
+  }
+  bool idle = true;
+  for (auto& core : serves) {
+    if (!core->finished) idle = core->WaitDrained(deadline) && idle;
+  }
+  // Their handlers may use this connection (KV, requests): they finish before it drains.
+  for (auto& core : loop_serves) {
+    if (!core->finished) idle = core->WaitDrained(deadline) && idle;
+    core->Close();
+  }
+  impl_->closing = true;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  natsStatus s = natsConnection_DrainTimeout(impl_->nc, std::max<int64_t>(left.count(), 1));
+  if (s != NATS_OK && s != NATS_CONNECTION_CLOSED) natsConnection_Close(impl_->nc);
+  std::unique_lock lock(impl_->mu);
+  const bool closed = impl_->cv.wait_until(lock, deadline + std::chrono::milliseconds(500),
+                                           [&] { return impl_->closed; });
+  lock.unlock();
+  if (!closed) natsConnection_Close(impl_->nc);
+  impl_->async->Close();  // nothing more can answer
+  if (!idle || !closed) return absl::DeadlineExceededError("bus drain did not finish in time");
+  return absl::OkStatus();
 }
 
 }  // namespace wisp::bus

@@ -179,7 +179,8 @@ Service::~Service() {
 }
 
 absl::Status Service::AddEndpoint(std::string_view name, std::string_view subject,
-                                  std::string_view queue_group, RequestHandler handler) {
+                                  std::string_view queue_group, RequestHandler handler,
+                                  EndpointOptions options) {
   if (!ValidName(name)) {
     return absl::InvalidArgumentError("endpoint name \"" + std::string(name) +
                                       "\": use letters, digits, '-' and '_'");
@@ -221,7 +222,10 @@ absl::Status Service::AddEndpoint(std::string_view name, std::string_view subjec
     }
     return reply;
   };
-  WISP_ASSIGN_OR_RETURN(raw->sub, impl_->bus.Serve(subject, raw->stats.queue_group, wrapped));
+  WISP_ASSIGN_OR_RETURN(raw->sub, options.loop_connections > 0
+                                      ? impl_->bus.ServeOnLoops(subject, raw->stats.queue_group,
+                                                                wrapped, options.loop_connections)
+                                      : impl_->bus.Serve(subject, raw->stats.queue_group, wrapped));
   std::lock_guard lock(impl_->mu);
   impl_->endpoints.push_back(std::move(ep));
   return absl::OkStatus();

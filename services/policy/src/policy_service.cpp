@@ -54,12 +54,14 @@ void PolicyService::SetPolicy(Policy policy) {
   policy_ = std::move(next);
 }
 
-absl::Status PolicyService::AddEndpoints(bus::Service& service) {
-  WISP_RETURN_IF_ERROR(service.AddEndpoint("mutate", bus::subjects::kPolicyMutate,
-                                           bus::queues::kPolicy,
-                                           [this](const bus::Request& r) { return Mutate(r); }));
-  return service.AddEndpoint("validate", bus::subjects::kPolicyValidate, bus::queues::kPolicy,
-                             [this](const bus::Request& r) { return Validate(r); });
+absl::Status PolicyService::AddEndpoints(bus::Service& service, int loop_connections) {
+  const bus::EndpointOptions options{.loop_connections = loop_connections};
+  WISP_RETURN_IF_ERROR(service.AddEndpoint(
+      "mutate", bus::subjects::kPolicyMutate, bus::queues::kPolicy,
+      [this](const bus::Request& r) { return Mutate(r); }, options));
+  return service.AddEndpoint(
+      "validate", bus::subjects::kPolicyValidate, bus::queues::kPolicy,
+      [this](const bus::Request& r) { return Validate(r); }, options);
 }
 
 bus::Reply PolicyService::Mutate(const bus::Request& request) { return Serve(request, true); }

@@ -53,8 +53,10 @@ class PolicyService {
   PolicyService(bus::KeyValue& pods, bus::KeyValue& sources, Policy policy, Clock& clock,
                 PolicyMetrics& metrics);
 
-  // Adds the "mutate" and "validate" endpoints (queue group wisp-policy) to the micro service.
-  absl::Status AddEndpoints(bus::Service& service);
+  // Adds the "mutate" and "validate" endpoints (queue group wisp-policy) to the micro service,
+  // each on `loop_connections` event-loop connections of its own when > 0 (Service's
+  // EndpointOptions), else on the bus's shared connection.
+  absl::Status AddEndpoints(bus::Service& service, int loop_connections = 0);
 
   bus::Reply Mutate(const bus::Request& request);
   bus::Reply Validate(const bus::Request& request);

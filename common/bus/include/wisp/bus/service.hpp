@@ -10,7 +10,8 @@
 //     wrapped to count requests, errors (any non-OK reply), the last error and processing time for
 //     STATS, and to export wisp_bus_requests_total{service,endpoint,code} and
 //     wisp_bus_request_duration_seconds{service,endpoint}. Requests the bus rejects before the
-//     handler (deadline already passed) are not counted.
+//     handler (deadline already passed) are not counted. With options.loop_connections > 0 the
+//     endpoint is served by ServeOnLoops (its own event-loop connections), counted the same way.
 //   - Name: letters, digits, '-' and '_'; version: semantic version (1.2.3[-pre][+build]); bad
 //     values are InvalidArgument naming the field.
 //   - Drain() drains every endpoint and the discovery subscriptions; the destructor unsubscribes.
@@ -61,6 +62,12 @@ struct EndpointStats {
   int64_t average_processing_time_ns = 0;
 };
 
+struct EndpointOptions {
+  // > 0: serve on that many event-loop connections of its own (Subscriber::ServeOnLoops), for a
+  // hot endpoint whose handler is short.
+  int loop_connections = 0;
+};
+
 class Service {
  public:
   static absl::StatusOr<std::unique_ptr<Service>> Start(Subscriber& bus, ServiceConfig config);
@@ -70,7 +77,8 @@ class Service {
 
   // queue_group "" means the service name.
   absl::Status AddEndpoint(std::string_view name, std::string_view subject,
-                           std::string_view queue_group, RequestHandler handler);
+                           std::string_view queue_group, RequestHandler handler,
+                           EndpointOptions options = {});
 
   const std::string& name() const;
   const std::string& id() const;
