@@ -131,6 +131,15 @@ class LoopRequesterTest : public ::testing::Test {
     return r.ok() ? *std::move(r) : nullptr;
   }
 
+  // A bus of its own, for the serving side of a test.
+  std::unique_ptr<NatsBus> ServerBus(const std::string& name) {
+    NatsBusOptions o = options_;
+    o.name = name;
+    auto bus = NatsBus::Connect(o);
+    EXPECT_TRUE(bus.ok()) << bus.status();
+    return bus.ok() ? *std::move(bus) : nullptr;
+  }
+
   NatsBusOptions options_;
   std::unique_ptr<NatsServer> nats_;
   std::unique_ptr<NatsBus> bus_;
@@ -398,18 +407,15 @@ TEST_F(LoopRequesterTest, ServeOnLoopsAnswers) {
 TEST_F(LoopRequesterTest, ServeOnLoopsDrainsWithoutLoss) {
   for (bool whole_bus : {false, true}) {
     SCOPED_TRACE(whole_bus ? "NatsBus::Drain" : "Subscription::Drain");
-    NatsBusOptions o = options_;
-    o.name = "it-drain";
-    auto server_bus = NatsBus::Connect(o);
-    ASSERT_TRUE(server_bus.ok()) << server_bus.status();
-    auto sub = (*server_bus)
-                   ->ServeOnLoops(
-                       "it.sldrain", "q",
-                       [](const Request& r) {
-                         std::this_thread::sleep_for(20ms);
-                         return Reply::Ok("done:" + r.msg.data);
-                       },
-                       2);
+    auto server_bus = ServerBus("it-drain");
+    ASSERT_NE(server_bus, nullptr);
+    auto sub = server_bus->ServeOnLoops(
+        "it.sldrain", "q",
+        [](const Request& r) {
+          std::this_thread::sleep_for(20ms);
+          return Reply::Ok("done:" + r.msg.data);
+        },
+        2);
     ASSERT_TRUE(sub.ok()) << sub.status();
     ASSERT_TRUE(Eventually([&] { return bus_->Request("it.sldrain", "warm", 2s).ok(); }));
 
@@ -424,7 +430,7 @@ TEST_F(LoopRequesterTest, ServeOnLoopsDrainsWithoutLoss) {
                          });
     }
     std::this_thread::sleep_for(50ms);  // the requests reach the server and the loops
-    const absl::Status drained = whole_bus ? (*server_bus)->Drain(10s) : (*sub)->Drain();
+    const absl::Status drained = whole_bus ? server_bus->Drain(10s) : (*sub)->Drain();
     EXPECT_TRUE(drained.ok()) << drained;
     ASSERT_EQ(all.get_future().wait_for(10s), std::future_status::ready) << answered.load();
     EXPECT_EQ(failed.load(), 0);
@@ -436,13 +442,10 @@ TEST_F(LoopRequesterTest, ServeOnLoopsDrainsWithoutLoss) {
 
 // Tests that connections serving on loops come back after a nats-server SIGKILL and serve again.
 TEST_F(LoopRequesterTest, ServeOnLoopsReconnects) {
-  NatsBusOptions o = options_;
-  o.name = "it-serve-re";
-  auto server_bus = NatsBus::Connect(o);
-  ASSERT_TRUE(server_bus.ok()) << server_bus.status();
-  auto sub = (*server_bus)
-                 ->ServeOnLoops(
-                     "it.slre", "q", [](const Request&) { return Reply::Ok("up"); }, 2);
+  auto server_bus = ServerBus("it-serve-re");
+  ASSERT_NE(server_bus, nullptr);
+  auto sub = server_bus->ServeOnLoops(
+      "it.slre", "q", [](const Request&) { return Reply::Ok("up"); }, 2);
   ASSERT_TRUE(sub.ok()) << sub.status();
   ASSERT_TRUE(Eventually([&] { return bus_->Request("it.slre", "", 1s).ok(); }));
   nats_->Kill();
