@@ -17,18 +17,8 @@ namespace wisp::bus {
 namespace {
 
 using namespace std::chrono_literals;
+using integration::Eventually;
 using integration::NatsServer;
-
-// Polls `pred` until true or `timeout` (integration tests wait on real servers).
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
-}
 
 double MetricValue(prometheus::Registry& r, const std::string& name) {
   for (const auto& f : r.Collect()) {

@@ -55,17 +55,6 @@ bool IsMountPoint(const std::string& path) {
   return false;
 }
 
-// Waits until `pred` holds, at most `timeout`.
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::milliseconds timeout) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return pred();
-}
-
 // Stands in for wisp-token when a test needs lifetimes wisp-token refuses (< 600 s): answers
 // wisp.v1.token.issue with "short-<n>" tokens living `lifetime`.
 class ShortTokenIssuer {

@@ -23,17 +23,8 @@ namespace {
 
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
+using integration::Eventually;
 using integration::NatsServer;
-
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
-}
 
 // A Requester that counts what reaches it and passes it on: the fallback, so a test sees which
 // requests did not go over a loop connection.

@@ -47,16 +47,6 @@ std::string ReadAll(const std::string& path) {
   return s;
 }
 
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::milliseconds timeout = 5s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
-
 // One nats-server with scripts/nats-auth's users (plus the observer) shared by every test here.
 class BusPermissionsTest : public ::testing::Test {
  protected:

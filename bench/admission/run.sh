@@ -14,8 +14,10 @@
 # (admission_bench_server --fixed-response: no parsing, no bus).
 # Environment: RATE, PACED_CONNS, WRK_THREADS (2), HTTP_THREADS (admission server, 2),
 # SERVE_THREADS (wisp-policy, 2), POLICY_FLAGS (more flags for wisp-policy and its stand-in, e.g.
-# "--serve-loops 0" to measure the shared connection), NATS_GOGC (nats-server's GOGC, 400 as deployed), NATS_GOMAXPROCS
-# (1, as docker-compose and scripts/local-up run it on a machine shared with the stack).
+# "--serve-loops 0" to measure the shared connection), ADMISSION_FLAGS (more flags for the
+# admission server, e.g. --no-admission-bus-per-thread), NATS_GOGC (nats-server's GOGC, 400 as
+# deployed), NATS_GOMAXPROCS (1, as docker-compose and scripts/local-up run it on a machine shared
+# with the stack).
 # Needs nats-server, nginx, wrk (LuaJIT), openssl, python3.
 set -euo pipefail
 BUILD=${1:?usage: run.sh BUILD_DIR [DURATION] [CONNECTIONS]}

@@ -1830,7 +1830,8 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   // may run those after Close() has returned and the LoopConn is gone, so they get a Link of their
   // own, held by the callbacks' closure until the closed callback, the last one, frees it.
   struct Link {
-    std::string name;  // the connection's name, for logs
+    std::string name;        // the connection's name, for logs
+    std::string while_down;  // what happens to its traffic while it is down, for the log
     int64_t reconnect_wait_ms = 100;
     int64_t reconnect_wait_max_ms = 5000;
     std::atomic<bool> connected{false};
@@ -1844,7 +1845,7 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   const void* const owner;
   asio::io_context& ioc;
   natsConnection* nc = nullptr;
-  natsSubscription* replies = nullptr;  // the reply inbox; Filter takes every message
+  natsSubscription* sub = nullptr;  // its one: the reply inbox, or the served subject
   // Serving (ServeOnLoops): every message is a request on `serve_subject` for `serve` (set before
   // connecting, then read-only). Unset: every message is a reply to a request of this connection.
   const RequestHandler* serve = nullptr;
@@ -1904,14 +1905,13 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
     c->Run([c] { c->Unwatch(); });
     return NATS_OK;
   }
-  // nats.c's threads. While a connection is down its thread's requests go to the fallback.
+  // nats.c's threads. While a requesting connection is down its thread's requests go to the
+  // fallback; while a serving one is down, its queue group's other members get the requests.
   static void OnDisconnected(natsConnection*, void* closure) {
     Link& c = **static_cast<LinkHolder*>(closure);
     if (c.connected.exchange(false) && !c.closing) {
-      SPDLOG_LOGGER_WARN(Logger(),
-                         "{}: disconnected from NATS; its requests use the shared "
-                         "connection until it reconnects",
-                         c.name);
+      SPDLOG_LOGGER_WARN(Logger(), "{}: disconnected from NATS; {} until it reconnects", c.name,
+                         c.while_down);
     }
   }
   static void OnConnected(natsConnection*, void* closure) {
@@ -1943,34 +1943,34 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   }
 
   void Arm() {
-    auto w = watch;
-    if (!w) return;
-    if (want_read && !w->read_armed) {
-      w->read_armed = true;
-      w->sd.async_wait(asio::posix::stream_descriptor::wait_read,
-                       [self = shared_from_this(), w](const boost::system::error_code& ec) {
-                         w->read_armed = false;
-                         if (ec || self->watch != w) return;
-                         if (self->want_read) natsConnection_ProcessReadEvent(self->nc);
-                         self->Arm();
-                       });
-    }
-    if (want_write && !w->write_armed) {
-      w->write_armed = true;
-      w->sd.async_wait(asio::posix::stream_descriptor::wait_write,
-                       [self = shared_from_this(), w](const boost::system::error_code& ec) {
-                         w->write_armed = false;
-                         if (ec || self->watch != w) return;
-                         if (self->want_write) natsConnection_ProcessWriteEvent(self->nc);
-                         self->Arm();
-                       });
-    }
+    if (!watch) return;
+    ArmWait(&LoopConn::want_read, &Watch::read_armed, asio::posix::stream_descriptor::wait_read,
+            natsConnection_ProcessReadEvent);
+    ArmWait(&LoopConn::want_write, &Watch::write_armed, asio::posix::stream_descriptor::wait_write,
+            natsConnection_ProcessWriteEvent);
   }
 
-  // Every message this connection receives (only replies: its one subscription is the reply
-  // inbox), inside natsConnection_ProcessReadEvent on the loop thread, before any subscription
-  // queues it: taken here, so no delivery thread is involved. Not a synchronous subscription's
-  // NextMsg: that swallows a "no responders" status without saying whose request it was.
+  // While nats.c wants it (`want`), waits once for the socket to be ready that way, then lets
+  // nats.c read or write (`process`) and waits again.
+  void ArmWait(bool LoopConn::*want, bool Watch::*armed,
+               asio::posix::stream_descriptor::wait_type type, void (*process)(natsConnection*)) {
+    auto w = watch;
+    if (!(this->*want) || (*w).*armed) return;
+    (*w).*armed = true;
+    w->sd.async_wait(type, [self = shared_from_this(), w, want, armed,
+                            process](const boost::system::error_code& ec) {
+      (*w).*armed = false;
+      if (ec || self->watch != w) return;
+      if ((*self).*want) process(self->nc);
+      self->Arm();
+    });
+  }
+
+  // Every message this connection receives (replies to its requests, or, serving, requests on its
+  // one subject), inside natsConnection_ProcessReadEvent on the loop thread, before any
+  // subscription queues it: taken here, so no delivery thread is involved. Not a synchronous
+  // subscription's NextMsg: that swallows a "no responders" status without saying whose request
+  // it was.
   static void Filter(natsConnection*, natsMsg** raw, void* closure) {
     auto* c = static_cast<LoopConn*>(closure);
     MsgPtr msg(*raw);
@@ -2058,6 +2058,8 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   // retry_on_failed_connect, a server that is not up yet is not an error: nats.c keeps trying.
   absl::Status Connect(const NatsBusOptions& options, std::string name) {
     link->name = std::move(name);
+    link->while_down = serve != nullptr ? "its queue group's other members get its requests"
+                                        : "its requests use the shared connection";
     link->reconnect_wait_ms = std::max<int64_t>(Ms(options.reconnect_wait), 1);
     link->reconnect_wait_max_ms = std::max(link->reconnect_wait_ms, Ms(options.reconnect_wait_max));
     natsOptions* o = nullptr;
@@ -2095,6 +2097,20 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
     }
     natsConn_setFilterWithClosure(nc, &LoopConn::Filter, this);
     return absl::OkStatus();
+  }
+
+  // Any thread: closes the NATS connection; its event-loop callbacks only post to the loop.
+  void CloseNats() {
+    link->closing = true;
+    natsConnection_Close(nc);
+  }
+
+  // After Shutdown, with its loop no longer running: frees the subscription and the connection.
+  void Release() {
+    if (sub != nullptr) natsSubscription_Destroy(sub);
+    sub = nullptr;
+    natsConnection_Destroy(nc);
+    nc = nullptr;
   }
 
   // Loop thread: fails what is pending and stops watching.
@@ -2150,9 +2166,9 @@ absl::StatusOr<std::unique_ptr<LoopRequester>> LoopRequester::Connect(
     in.conns.push_back(conn);  // from here Close() closes it
     WISP_ASSIGN_OR_RETURN(conn->inbox, NewInbox(options.inbox_prefix));
     const std::string wildcard = conn->inbox + ".*";
-    natsStatus s = natsConnection_SubscribeSync(&conn->replies, conn->nc, wildcard.c_str());
+    natsStatus s = natsConnection_SubscribeSync(&conn->sub, conn->nc, wildcard.c_str());
     if (s != NATS_OK) return FromNats(s, "subscribing to " + wildcard);
-    natsSubscription_SetPendingLimits(conn->replies, 65536, 256 * 1024 * 1024);
+    natsSubscription_SetPendingLimits(conn->sub, 65536, 256 * 1024 * 1024);
     asio::post(*loops[i], [conn] {
       t_loop_conns.push_back(conn.get());
       conn->registered = true;
@@ -2182,10 +2198,7 @@ void LoopRequester::RequestAsync(std::string_view subject, std::string_view data
 void LoopRequester::Close() {
   if (impl_->closed) return;
   impl_->closed = true;
-  for (auto& c : impl_->conns) {
-    c->link->closing = true;
-    natsConnection_Close(c->nc);  // its event-loop callbacks only post to the loop
-  }
+  for (auto& c : impl_->conns) c->CloseNats();
   // A loop that never ran (its server failed to start) gets a second to start before its
   // connection is shut down from here.
   const auto give_up = Clock::now() + std::chrono::seconds(1);
@@ -2212,12 +2225,7 @@ void LoopRequester::Close() {
       }
     }
   }
-  for (auto& c : impl_->conns) {
-    if (c->replies != nullptr) natsSubscription_Destroy(c->replies);
-    c->replies = nullptr;
-    natsConnection_Destroy(c->nc);
-    c->nc = nullptr;
-  }
+  for (auto& c : impl_->conns) c->Release();
 }
 
 // ---- ServeOnLoops ----
@@ -2230,7 +2238,6 @@ struct LoopServeCore {
   struct Loop {
     std::unique_ptr<asio::io_context> ioc;
     std::shared_ptr<LoopConn> conn;
-    natsSubscription* sub = nullptr;
     std::thread thread;
   };
   std::string subject;
@@ -2244,8 +2251,8 @@ struct LoopServeCore {
   void StartDrain() {
     if (finished) return;
     for (auto& l : loops) {
-      if (l.sub != nullptr && natsSubscription_Drain(l.sub) != NATS_OK) {
-        natsSubscription_Unsubscribe(l.sub);
+      if (l.conn->sub != nullptr && natsSubscription_Drain(l.conn->sub) != NATS_OK) {
+        natsSubscription_Unsubscribe(l.conn->sub);
       }
     }
   }
@@ -2254,14 +2261,15 @@ struct LoopServeCore {
   bool WaitDrained(Clock::time_point deadline) {
     bool drained = true;
     for (auto& l : loops) {
-      if (l.sub == nullptr) continue;
+      natsSubscription* sub = l.conn->sub;
+      if (sub == nullptr) continue;
       auto left = [&] {
         return std::max<int64_t>(
             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count(),
             1);
       };
-      if (natsSubscription_WaitForDrainCompletion(l.sub, left()) != NATS_OK ||
-          natsSubscription_DrainCompletionStatus(l.sub) != NATS_OK) {
+      if (natsSubscription_WaitForDrainCompletion(sub, left()) != NATS_OK ||
+          natsSubscription_DrainCompletionStatus(sub) != NATS_OK) {
         drained = false;
       }
       // The ping goes out after the replies in the connection's buffer, so its answer says they
@@ -2274,10 +2282,7 @@ struct LoopServeCore {
   // Closes the connections and stops the loops, once their handlers have returned.
   void Close() {
     if (finished.exchange(true)) return;
-    for (auto& l : loops) {
-      l.conn->link->closing = true;
-      natsConnection_Close(l.conn->nc);  // its event-loop callbacks only post to the loop
-    }
+    for (auto& l : loops) l.conn->CloseNats();
     for (auto& l : loops) {
       if (l.thread.joinable()) {
         asio::post(*l.ioc, [c = l.conn, ioc = l.ioc.get()] {
@@ -2294,10 +2299,7 @@ struct LoopServeCore {
       // now and sees the connection shut down, so no handler holds it when the loop goes.
       l.ioc->restart();
       l.ioc->poll();
-      if (l.sub != nullptr) natsSubscription_Destroy(l.sub);
-      l.sub = nullptr;
-      natsConnection_Destroy(l.conn->nc);
-      l.conn->nc = nullptr;
+      l.conn->Release();
     }
   }
 };
@@ -2349,10 +2351,11 @@ absl::StatusOr<SubscriptionPtr> NatsBus::ServeOnLoops(std::string_view subject,
       core->loops.pop_back();
       return st;
     }
+    natsSubscription** sub = &l.conn->sub;
     natsStatus s = queue.empty()
-                       ? natsConnection_SubscribeSync(&l.sub, l.conn->nc, core->subject.c_str())
-                       : natsConnection_QueueSubscribeSync(&l.sub, l.conn->nc,
-                                                           core->subject.c_str(), queue.c_str());
+                       ? natsConnection_SubscribeSync(sub, l.conn->nc, core->subject.c_str())
+                       : natsConnection_QueueSubscribeSync(sub, l.conn->nc, core->subject.c_str(),
+                                                           queue.c_str());
     if (s != NATS_OK) return FromNats(s, "subscribing to " + core->subject);
     l.thread = std::thread([ioc = l.ioc.get()] {
       auto work = asio::make_work_guard(*ioc);  // run until Close stops it

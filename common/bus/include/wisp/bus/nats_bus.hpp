@@ -31,7 +31,8 @@
 //     the rest run in parallel. A woken listener takes every request nats.c already holds (up to
 //     64, stamped alike), and finished requests are freed in batches, so a burst costs a few
 //     context switches rather than about three per request.
-//   - ServeOnLoops: `connections` connections named <name>-serve-<i>, each in nats.c's event-loop
+//   - ServeOnLoops: `connections` connections named <name>-serve-<subject>-<i>, each in nats.c's
+//   event-loop
 //     mode on an asio io_context and a thread of its own, in the same queue group. The thread reads
 //     the socket, stamps each request's arrival as nats.c parses it, runs the handler there (one
 //     request after the other) and writes the replies of one read in one write. Drain() and

@@ -28,11 +28,25 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "wisp/status/status.hpp"
 
 namespace wisp::integration {
+
+// Polls `pred` every `poll` until it holds or `timeout` passed (integration tests wait on real
+// servers); true when it held.
+template <typename Pred>
+bool Eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                std::chrono::milliseconds poll = std::chrono::milliseconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(poll);
+  }
+  return pred();
+}
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bind to 0, read, close), never the same one
 // twice in this process.
