@@ -13,6 +13,15 @@
 // handler may answer from any thread. Each connection is a Session kept alive by
 // shared_from_this across its callbacks and, while its handler has not answered, by the server's
 // table of waiting connections.
+//
+// Reading and writing: sockets are non-blocking, and a connection reads and parses (or writes)
+// synchronously until the socket reports would_block, then waits for readiness once. A request
+// that arrived whole is read, and an answer the socket takes whole is written, without any
+// asynchronous operation. TLS is OpenSSL on the socket itself (tls_stream.hpp); Beast's
+// ssl_stream layered four composed operations and a memory BIO pair over each read, which cost
+// more CPU at the admission benchmark's peak than the cryptography. Timeouts are one lazily
+// moved timer per connection (Arm). Streaming routes keep Beast's asynchronous reads, over the
+// same streams.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,6 +43,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include "tls_stream.hpp"
 #include "wisp/http/server.hpp"
 #include "wisp/log/log.hpp"
 
@@ -54,6 +64,9 @@ using TcpSocket = tcp::socket::rebind_executor<Executor>::other;
 using LocalSocket = local::socket::rebind_executor<Executor>::other;
 using TcpStream = beast::basic_stream<tcp, Executor>;
 using LocalStream = beast::basic_stream<local, Executor>;
+using TlsStream = detail::TlsStream<TcpStream>;
+using Timer = asio::steady_timer::rebind_executor<Executor>::other;
+using Clock = std::chrono::steady_clock;
 
 struct Route {
   std::string method;
@@ -219,6 +232,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
           std::shared_ptr<void> keep = nullptr)
       : keep_(std::move(keep)),
         stream_(std::move(stream)),
+        timer_(stream_.get_executor()),
         core_(std::move(core)),
         remote_(std::move(remote)) {
     ++core_->sessions;
@@ -237,19 +251,68 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
       core_->live.emplace(this, this->shared_from_this());
     }
     if constexpr (kTls) {
-      beast::get_lowest_layer(stream_).expires_after(core_->options.read_timeout);
+      if (!stream_.ok()) {
+        SPDLOG_LOGGER_ERROR(core_->logger, "{}: could not set up TLS: {}", remote_,
+                            ERR_error_string(ERR_get_error(), nullptr));
+        return Close();
+      }
+      Arm(core_->options.read_timeout);
       stream_.async_handshake(ssl::stream_base::server,
                               [self = this->shared_from_this()](beast::error_code ec) {
                                 if (!ec) self->Read();
                               });
     } else {
+      beast::error_code ignored;
+      beast::get_lowest_layer(stream_).socket().non_blocking(true, ignored);
       Read();
     }
   }
 
  private:
-  static constexpr bool kTls =
-      !std::is_same_v<Stream, TcpStream> && !std::is_same_v<Stream, LocalStream>;
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
+  // Timeouts: one timer per connection, moved lazily. Arm() only sets the deadline unless the
+  // timer would fire after it; a timer that fires before the deadline in force waits again. So a
+  // request costs a clock read, not timer-queue work. At the deadline the socket's pending
+  // operations are cancelled, and Timed() turns their operation_aborted into a timeout.
+  void Arm(Clock::duration d) {
+    deadline_ = Clock::now() + d;
+    if (!timer_waiting_ || timer_.expiry() > deadline_) WaitTimer();
+  }
+  void Disarm() { deadline_ = Clock::time_point::max(); }
+  void WaitTimer() {
+    timer_waiting_ = true;
+    timer_.expires_at(deadline_);  // a wait it replaces ends with operation_aborted and returns
+    timer_.async_wait([weak = this->weak_from_this()](beast::error_code ec) {
+      if (ec) return;
+      if (auto self = weak.lock()) self->OnTimer();
+    });
+  }
+  void OnTimer() {
+    timer_waiting_ = false;
+    if (deadline_ == Clock::time_point::max()) return;
+    if (Clock::now() < deadline_) return WaitTimer();
+    timed_out_ = true;
+    beast::error_code ignored;
+    beast::get_lowest_layer(stream_).socket().cancel(ignored);
+  }
+  beast::error_code Timed(beast::error_code ec) const {
+    return timed_out_ && ec == asio::error::operation_aborted ? beast::error::timeout : ec;
+  }
+  void StopTimer() {
+    Disarm();
+    if (timer_waiting_) timer_.cancel();
+    timer_waiting_ = false;
+  }
+
+  // What a non-blocking read or write that reported would_block waits for.
+  asio::socket_base::wait_type Blocked(bool reading) const {
+    if constexpr (kTls) {
+      return stream_.blocked_on();
+    } else {
+      return reading ? asio::socket_base::wait_read : asio::socket_base::wait_write;
+    }
+  }
 
   void CloseIfIdle() override {
     asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
@@ -274,12 +337,27 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
     parser_->body_limit(core_->options.max_body_bytes);
     parser_->header_limit(64 * 1024);
     // The first request of a connection gets read_timeout; later ones may idle longer.
-    beast::get_lowest_layer(stream_).expires_after(first_ ? core_->options.read_timeout
-                                                          : core_->options.idle_timeout);
+    Arm(first_ ? core_->options.read_timeout : core_->options.idle_timeout);
     first_ = false;
-    bhttp::async_read(
-        stream_, buffer_, *parser_,
-        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+    ReadMore();
+  }
+
+  // Parses what the socket has, then waits for more only if the request is still incomplete: a
+  // request that arrived whole (or was already buffered behind the previous one) is read without
+  // any asynchronous operation. The socket is non-blocking, so the synchronous read stops at
+  // would_block with its progress in buffer_ and parser_.
+  void ReadMore() {
+    beast::error_code ec;
+    bhttp::read(stream_, buffer_, *parser_, ec);
+    if (ec == asio::error::would_block) {
+      beast::get_lowest_layer(stream_).socket().async_wait(
+          Blocked(true), [self = this->shared_from_this()](beast::error_code ec) {
+            if (ec) return self->OnRead(self->Timed(ec));
+            self->ReadMore();
+          });
+      return;
+    }
+    OnRead(ec);
   }
 
   void OnRead(beast::error_code ec) {
@@ -319,7 +397,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
     const bool keep_alive = beast_req.keep_alive() && !core_->stopping;
     // The handler may take long; lift the socket timer so a slow handler does not cut the
     // connection.
-    beast::get_lowest_layer(stream_).expires_never();
+    Disarm();
     const unsigned version = beast_req.version();
     const uint64_t id = core_->Park(this->shared_from_this());
     if (id == 0) return Close();
@@ -350,12 +428,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
     // Beast checks Content-Length against the limit when the header completes; the route decides
     // the limit, so the header parser allows anything and OnHeader checks.
     header_parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    beast::get_lowest_layer(stream_).expires_after(first_ ? core_->options.read_timeout
-                                                          : core_->options.idle_timeout);
+    Arm(first_ ? core_->options.read_timeout : core_->options.idle_timeout);
     first_ = false;
-    bhttp::async_read_header(
-        stream_, buffer_, *header_parser_,
-        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+    bhttp::async_read_header(stream_, buffer_, *header_parser_,
+                             [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                               self->OnHeader(self->Timed(ec));
+                             });
   }
 
   void OnHeader(beast::error_code ec) {
@@ -374,9 +452,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
       parser_.emplace(std::move(*header_parser_));
       header_parser_.reset();
       parser_->body_limit(core_->options.max_body_bytes);  // chunked bodies: counted as they come
-      bhttp::async_read(
-          stream_, buffer_, *parser_,
-          [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+      bhttp::async_read(stream_, buffer_, *parser_,
+                        [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                          self->OnRead(self->Timed(ec));
+                        });
       return;
     }
     StartStream(*route);
@@ -414,7 +493,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
                                             std::to_string(route.options.max_body_bytes)),
                    version, false);
     }
-    beast::get_lowest_layer(stream_).expires_never();
+    Disarm();
     auto self = this->shared_from_this();
     const bool started = core_->StartStreamThread(
         route.options.max_concurrent, [self, req = std::move(req), &route, version, keep_alive] {
@@ -478,11 +557,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
           auto& body = self->body_parser_->get().body();
           body.data = op->buf.data() + op->filled;
           body.size = op->buf.size() - op->filled;
-          beast::get_lowest_layer(self->stream_).expires_after(self->core_->options.read_timeout);
+          self->Arm(self->core_->options.read_timeout);
           // The pending read holds the loop alive (the loop itself holds only a weak reference).
           bhttp::async_read_some(
               self->stream_, self->buffer_, *self->body_parser_,
               [self, op, finish, again = weak.lock()](beast::error_code ec, size_t) {
+                ec = self->Timed(ec);
                 if (ec == bhttp::error::need_buffer) ec = {};
                 op->filled = op->buf.size() - self->body_parser_->get().body().size;
                 if (ec || op->filled == op->buf.size() || self->body_parser_->is_done()) {
@@ -493,10 +573,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
         };
         if (!send_continue) return (*read)();
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-        beast::get_lowest_layer(self->stream_).expires_after(self->core_->options.read_timeout);
+        self->Arm(self->core_->options.read_timeout);
         asio::async_write(self->stream_, asio::buffer(kContinue.data(), kContinue.size()),
-                          [read, finish](beast::error_code ec, size_t) {
-                            if (ec) return finish(ec, 0);
+                          [self, read, finish](beast::error_code ec, size_t) {
+                            if (ec) return finish(self->Timed(ec), 0);
                             (*read)();
                           });
       });
@@ -553,18 +633,34 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
   }
 
   void Write(Response r, unsigned version, bool keep_alive) {
-    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
-        ToBeast(std::move(r), version, keep_alive));
-    beast::get_lowest_layer(stream_).expires_after(core_->options.read_timeout);
-    bhttp::async_write(
-        stream_, *res,
-        [self = this->shared_from_this(), res, keep_alive](beast::error_code ec, size_t) {
-          if (ec || !keep_alive) return self->Close();
-          self->Read();
-        });
+    response_.emplace(ToBeast(std::move(r), version, keep_alive));
+    serializer_.emplace(*response_);
+    keep_alive_ = keep_alive;
+    Arm(core_->options.read_timeout);
+    WriteMore();
+  }
+
+  // Writes as much of the answer as the socket takes, as ReadMore reads: an asynchronous wait
+  // only when the socket's send buffer is full.
+  void WriteMore() {
+    beast::error_code ec;
+    bhttp::write(stream_, *serializer_, ec);
+    if (ec == asio::error::would_block) {
+      beast::get_lowest_layer(stream_).socket().async_wait(
+          Blocked(false), [self = this->shared_from_this()](beast::error_code ec) {
+            if (ec) return self->Close();
+            self->WriteMore();
+          });
+      return;
+    }
+    serializer_.reset();
+    response_.reset();
+    if (ec || !keep_alive_) return Close();
+    Read();
   }
 
   void Close() {
+    StopTimer();
     beast::error_code ec;
     if (linger_) {
       linger_ = false;
@@ -582,7 +678,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
   void Drain(uint64_t total) {
     auto scratch = std::make_shared<std::array<char, 16384>>();
     auto& lowest = beast::get_lowest_layer(stream_);
-    lowest.expires_after(std::chrono::seconds(2));
+    Arm(std::chrono::seconds(2));
     lowest.async_read_some(asio::buffer(*scratch), [self = this->shared_from_this(), scratch,
                                                     total](beast::error_code ec, size_t n) {
       if (ec || total + n > (64u << 20)) {
@@ -598,6 +694,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
 
   std::shared_ptr<void> keep_;
   Stream stream_;
+  Timer timer_;
+  Clock::time_point deadline_ = Clock::time_point::max();
+  bool timer_waiting_ = false;
+  bool timed_out_ = false;
   std::shared_ptr<Core> core_;
   std::string remote_;
   beast::flat_buffer buffer_;
@@ -612,6 +712,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
   uint64_t body_read_ = 0;
   uint64_t body_limit_ = 0;
   bool linger_ = false;
+  // The answer being written.
+  std::optional<bhttp::response<bhttp::string_body>> response_;
+  std::optional<bhttp::response_serializer<bhttp::string_body>> serializer_;
+  bool keep_alive_ = false;
 };
 
 absl::StatusOr<std::shared_ptr<ssl::context>> LoadTls(const ServerOptions& o) {
@@ -801,7 +905,6 @@ class BeastServer final : public Server {
       std::string remote = s.remote_endpoint(ignored).address().to_string();
       if (tls_enabled_) {
         auto ctx = CurrentTls();
-        using TlsStream = beast::ssl_stream<TcpStream>;
         std::make_shared<Session<TlsStream>>(TlsStream(TcpStream(std::move(s)), *ctx), core_,
                                              std::move(remote), ctx)
             ->Run();
