@@ -20,7 +20,7 @@
 #include <cerrno>
 
 #include <utility>  // before boost/asio: Boost 1.74 awaitable.hpp uses std::exchange under C++20
-#include <cstring>
+#include <algorithm>
 #include <string>
 
 #include <boost/asio.hpp>
@@ -47,7 +47,8 @@ class TlsStream {
     next_.socket().non_blocking(true, ignored);
     if (ssl_ == nullptr) return;
     SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    // A request's records in one recv, not a header read and a body read each.
+    // Without read-ahead OpenSSL reads each record's 5-byte header, then its body: two recv calls
+    // per record. With it, what the socket holds comes in one.
     SSL_set_read_ahead(ssl_, 1);
     SSL_set_accept_state(ssl_);
     BIO* bio = NewSocketBio(static_cast<int>(next_.socket().native_handle()));

@@ -3,6 +3,7 @@
 // than the socket takes at once, pipelined requests, a request trickling in a byte per record,
 // clients that go silent or away, and the streaming path's asynchronous reads over TLS.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -58,7 +59,10 @@ std::string Serialize(const std::string& method, const std::string& target,
 class TlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(testing::TempDir() + "/wisp-http-tls-stream");
+    // Per process: ctest runs each test of this suite as a process of its own, in parallel, and
+    // one must not rewrite the key another is loading.
+    dir_ =
+        new std::string(testing::TempDir() + "/wisp-http-tls-stream-" + std::to_string(::getpid()));
     std::filesystem::create_directories(*dir_);
     const std::string cmd =
         "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
@@ -67,6 +71,8 @@ class TlsTest : public ::testing::Test {
     ASSERT_EQ(std::system(cmd.c_str()), 0);
   }
   static void TearDownTestSuite() {
+    std::error_code ignored;
+    std::filesystem::remove_all(*dir_, ignored);
     delete dir_;
     dir_ = nullptr;
   }
