@@ -1,5 +1,7 @@
 #include "wisp/http/server.hpp"
 
+#include "body_sum.hpp"
+
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -188,21 +190,14 @@ class StreamTest : public ::testing::Test {
         "PUT", "/v1/upload/",
         [this](const Request& r, BodyReader& body) {
           if (r.Header("authorization") != "Bearer good") return Response::Error(401, "no token");
-          uint64_t total = 0, sum = 0;
-          std::vector<char> buf(64 * 1024);
-          for (;;) {
-            auto got = body.Read(buf.data(), buf.size());
-            if (!got.ok()) {
-              std::lock_guard lock(mu_);
-              last_error_ = got.status();
-              return Response::Error(400, std::string(got.status().message()));
-            }
-            if (*got == 0) break;
-            for (size_t i = 0; i < *got; ++i) sum += static_cast<unsigned char>(buf[i]);
-            total += *got;
+          auto got = test_support::SumBody(body);
+          if (!got.ok()) {
+            std::lock_guard lock(mu_);
+            last_error_ = got.status();
+            return Response::Error(400, std::string(got.status().message()));
           }
           return Response::Json(
-              200, "{\"len\":" + std::to_string(total) + ",\"sum\":" + std::to_string(sum) +
+              200, "{\"len\":" + std::to_string(got->len) + ",\"sum\":" + std::to_string(got->sum) +
                        ",\"cl\":" + std::to_string(body.content_length().value_or(0)) + "}");
         },
         {.max_body_bytes = 8 << 20, .max_concurrent = 2});
@@ -225,11 +220,7 @@ std::string Body(size_t n) {
   return body;
 }
 
-uint64_t Sum(const std::string& s) {
-  uint64_t sum = 0;
-  for (unsigned char c : s) sum += c;
-  return sum;
-}
+using test_support::Sum;
 
 // Tests that a streaming handler pulls a multi-MiB body, with Content-Length and chunked, and
 // that the connection serves the next (synchronous) request after it.

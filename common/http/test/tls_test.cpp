@@ -24,6 +24,8 @@
 
 #include "wisp/http/server.hpp"
 
+#include "body_sum.hpp"
+
 namespace wisp::http {
 namespace {
 
@@ -39,11 +41,7 @@ std::string Pattern(size_t n, unsigned seed) {
   return s;
 }
 
-uint64_t Sum(std::string_view s) {
-  uint64_t sum = 0;
-  for (unsigned char c : s) sum += c;
-  return sum;
-}
+using test_support::Sum;
 
 std::string Serialize(const std::string& method, const std::string& target,
                       const std::string& body) {
@@ -96,26 +94,19 @@ class TlsTest : public ::testing::Test {
     });
     server_->Handle("GET", "/big", [this](const Request&) { return Response::Text(200, big_); });
     if (streaming) {
-      server_->HandleStream(
-          "PUT", "/v1/upload/",
-          [this](const Request&, BodyReader& body) {
-            uint64_t total = 0, sum = 0;
-            std::vector<char> buf(64 * 1024);
-            for (;;) {
-              auto got = body.Read(buf.data(), buf.size());
-              if (!got.ok()) {
-                std::lock_guard lock(mu_);
-                stream_error_ = got.status();
-                return Response::Error(400, std::string(got.status().message()));
-              }
-              if (*got == 0) break;
-              sum += Sum(std::string_view(buf.data(), *got));
-              total += *got;
-            }
-            return Response::Json(
-                200, "{\"len\":" + std::to_string(total) + ",\"sum\":" + std::to_string(sum) + "}");
-          },
-          {.max_body_bytes = 8 << 20, .max_concurrent = 2});
+      server_->HandleStream("PUT", "/v1/upload/",
+                            [this](const Request&, BodyReader& body) {
+                              auto got = test_support::SumBody(body);
+                              if (!got.ok()) {
+                                std::lock_guard lock(mu_);
+                                stream_error_ = got.status();
+                                return Response::Error(400, std::string(got.status().message()));
+                              }
+                              return Response::Json(
+                                  200, "{\"len\":" + std::to_string(got->len) +
+                                           ",\"sum\":" + std::to_string(got->sum) + "}");
+                            },
+                            {.max_body_bytes = 8 << 20, .max_concurrent = 2});
     }
     ASSERT_TRUE(server_->Start().ok());
   }
