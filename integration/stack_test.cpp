@@ -137,5 +137,52 @@ TEST_F(StackTest, EveryServiceExitsZeroOnSigterm) {
   }
 }
 
+// Tests that the services keeping state in KV wait for JetStream (at most --bus-wait) instead of
+// exiting when it does not answer, and serve once it does: here a nats-server without JetStream
+// gives way to one with it on the same port. A JetStream too slow to answer on a loaded node is
+// waited out the same way (it used to stop wisp-policy at start-up with "opening bucket wisp_pods:
+// Timeout").
+TEST(StartupTest, ServicesWaitForJetStream) {
+  auto plain = NatsServer::Start({.jetstream = false});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const int port = (*plain)->port();
+  TempDir dir;
+  const std::string kek = dir.path() + "/kek";
+  ASSERT_EQ(RunCommand("head -c 32 /dev/urandom > " + kek + " && chmod 600 " + kek).exit_code, 0);
+  struct Service {
+    std::string name;
+    std::vector<std::string> args;
+    int metrics_port = FreePort();
+    std::unique_ptr<Process> process;
+  };
+  std::vector<Service> services;
+  services.push_back({.name = "wisp-policy",
+                      .args = {"--policy-file", SourceDir() + "/deploy/local/policy.yaml"}});
+  services.push_back(
+      {.name = "wisp-token",
+       .args = {"--key-encryption-key-file", kek, "--issuer-url", "https://localhost:8443"}});
+  services.push_back({.name = "wisp-populator",
+                      .args = {"--volume-root", dir.path() + "/volumes", "--node-name", "node-a"}});
+  for (auto& s : services) {
+    s.args.insert(s.args.end(),
+                  {"--nats-url", (*plain)->url(), "--bus-wait", "60s", "--metrics-address",
+                   "127.0.0.1:" + std::to_string(s.metrics_port)});
+    auto started = Process::Start({.path = BinaryPath(s.name), .args = s.args});
+    ASSERT_TRUE(started.ok()) << s.name << ": " << started.status();
+    s.process = std::move(*started);
+  }
+  for (auto& s : services) {
+    EXPECT_TRUE(s.process->WaitForLog("waiting for JetStream", 20s).ok()) << s.process->Log();
+  }
+  (*plain)->Kill();
+  auto js = NatsServer::Start({.port = port});
+  ASSERT_TRUE(js.ok()) << js.status();
+  for (auto& s : services) {
+    SCOPED_TRACE(s.name);
+    EXPECT_TRUE(WaitForHttp("127.0.0.1", s.metrics_port, "/readyz", 30s).ok()) << s.process->Log();
+    EXPECT_EQ(s.process->Terminate(15s), 0) << s.process->Log();
+  }
+}
+
 }  // namespace
 }  // namespace wisp::integration

@@ -42,9 +42,9 @@ int main(int argc, char** argv) {
 
   auto process = runtime::Process::Start("wisp-policy", common);
   if (!process.ok()) return runtime::Fail("wisp-policy", process.status());
-  auto pods = (*process)->bus().OpenBucket({.name = std::string(bus::buckets::kPods)});
+  auto pods = (*process)->OpenBucket({.name = std::string(bus::buckets::kPods)});
   if (!pods.ok()) return runtime::Fail("wisp-policy", pods.status());
-  auto sources = (*process)->bus().OpenBucket({.name = std::string(bus::buckets::kSources)});
+  auto sources = (*process)->OpenBucket({.name = std::string(bus::buckets::kSources)});
   if (!sources.ok()) return runtime::Fail("wisp-policy", sources.status());
   policy::PolicyMetrics metrics((*process)->registry());
   policy::PolicyService service(**pods, **sources, *policy, SystemClock::Instance(), metrics);

@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
   auto process = runtime::Process::Start(kName, common);
   if (!process.ok()) return runtime::Fail(kName, process.status());
   bus::Bus& bus = (*process)->bus();
-  auto volumes = bus.OpenBucket({.name = std::string(bus::buckets::kVolumes)});
-  auto sources = bus.OpenBucket({.name = std::string(bus::buckets::kSources)});
+  auto volumes = (*process)->OpenBucket({.name = std::string(bus::buckets::kVolumes)});
+  auto sources = (*process)->OpenBucket({.name = std::string(bus::buckets::kSources)});
   if (!volumes.ok() || !sources.ok())
     return runtime::Fail(kName, volumes.ok() ? sources.status() : volumes.status());
   Clock& clock = SystemClock::Instance();

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   (*process)->endpoint().AddReadinessCheck("token", [&serving] {
     return serving ? absl::OkStatus() : absl::UnavailableError("signing keys not loaded yet");
   });
-  auto kv = (*process)->bus().OpenBucket({.name = std::string(bus::buckets::kKeys), .history = 5});
+  auto kv = (*process)->OpenBucket({.name = std::string(bus::buckets::kKeys), .history = 5});
   if (!kv.ok()) return runtime::Fail("wisp-token", kv.status());
   token::TokenMetrics metrics((*process)->registry());
   Clock& clock = SystemClock::Instance();

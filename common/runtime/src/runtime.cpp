@@ -166,7 +166,7 @@ absl::Status Process::RetryUntilBus(std::string_view what,
 
 absl::StatusOr<bus::KeyValuePtr> Process::OpenBucket(const bus::BucketConfig& config) {
   bus::KeyValuePtr kv;
-  WISP_RETURN_IF_ERROR(RetryUntilBus("opening bucket " + config.name, [&]() -> absl::Status {
+  WISP_RETURN_IF_ERROR(RetryUntilBus("waiting for JetStream", [&]() -> absl::Status {
     auto opened = bus_->OpenBucket(config);
     if (!opened.ok()) return opened.status();
     kv = std::move(*opened);
