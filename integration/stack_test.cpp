@@ -137,11 +137,11 @@ TEST_F(StackTest, EveryServiceExitsZeroOnSigterm) {
   }
 }
 
-// Tests that the services keeping state in KV wait for JetStream (at most --bus-wait) instead of
-// exiting when it does not answer, and serve once it does: here a nats-server without JetStream
-// gives way to one with it on the same port. A JetStream too slow to answer on a loaded node is
-// waited out the same way (it used to stop wisp-policy at start-up with "opening bucket wisp_pods:
-// Timeout").
+// Tests that the services keeping state in KV (the gateway's CSI node role too) wait for JetStream
+// (at most --bus-wait) instead of exiting when it does not answer, and serve once it does: here a
+// nats-server without JetStream gives way to one with it on the same port. A JetStream too slow to
+// answer on a loaded node is waited out the same way (it used to stop wisp-policy at start-up with
+// "opening bucket wisp_pods: Timeout").
 TEST(StartupTest, ServicesWaitForJetStream) {
   auto plain = NatsServer::Start({.jetstream = false});
   ASSERT_TRUE(plain.ok()) << plain.status();
@@ -163,6 +163,12 @@ TEST(StartupTest, ServicesWaitForJetStream) {
        .args = {"--key-encryption-key-file", kek, "--issuer-url", "https://localhost:8443"}});
   services.push_back({.name = "wisp-populator",
                       .args = {"--volume-root", dir.path() + "/volumes", "--node-name", "node-a"}});
+  // The gateway's node role keeps its token volumes' records in KV (wisp_projections).
+  services.push_back(
+      {.name = "wisp-gateway",
+       .args = {"--listen-address", "", "--csi-endpoint", "unix://" + dir.path() + "/csi.sock",
+                "--csi-role", "node", "--node-name", "node-a", "--volume-root",
+                dir.path() + "/gateway-volumes", "--target-root", dir.path() + "/targets"}});
   for (auto& s : services) {
     s.args.insert(s.args.end(),
                   {"--nats-url", (*plain)->url(), "--bus-wait", "60s", "--metrics-address",

@@ -219,6 +219,9 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
     options.projection_purge_interval = settings.projection_purge_interval;
     options.projection_purge_age = settings.projection_purge_age;
     options.pod_proof_audience = settings.pod_proof_audience;
+    options.open_bucket = [&process](const bus::BucketConfig& config) {
+      return process.OpenBucket(config);
+    };
     gw->parts_->csi = std::make_unique<csi::CsiServer>(
         options, process.bus(), SystemClock::Instance(), gw->parts_->mounter, process.registry());
     WISP_RETURN_IF_ERROR(gw->parts_->csi->Start());

@@ -143,7 +143,10 @@ absl::Status CsiServer::Start() {
   if (s.node_role()) {
     bus::BucketConfig bucket;
     bucket.name = std::string(bus::buckets::kProjections);
-    WISP_ASSIGN_OR_RETURN(bus::KeyValuePtr kv, s.bus.OpenBucket(bucket));
+    auto open_bucket = [&s](const bus::BucketConfig& config) {
+      return s.options.open_bucket ? s.options.open_bucket(config) : s.bus.OpenBucket(config);
+    };
+    WISP_ASSIGN_OR_RETURN(bus::KeyValuePtr kv, open_bucket(bucket));
     s.store = std::make_unique<KvProjectionStore>(std::move(kv), s.options.node_id);
     s.issuer = std::make_unique<BusTokenIssuer>(s.bus, s.options.bus_timeout);
     NodeOptions node_options;
@@ -169,7 +172,7 @@ absl::Status CsiServer::Start() {
                                         return bus::ProtoReply(resp);
                                       }));
     s.node->StartRotation();
-    WISP_ASSIGN_OR_RETURN(s.purge_kv, s.bus.OpenBucket(bucket));
+    WISP_ASSIGN_OR_RETURN(s.purge_kv, open_bucket(bucket));
     s.purger = std::make_unique<MarkerPurger>(*s.purge_kv, s.clock, s.PurgerOptions(), s.metrics);
     s.purger->Start();
   }

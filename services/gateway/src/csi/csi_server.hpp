@@ -24,6 +24,7 @@
 //   server.Stop();
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -64,6 +65,9 @@ struct CsiServerOptions {
   std::chrono::milliseconds projection_purge_age = std::chrono::minutes(10);
   // Node role: the kubelet token audience forwarded as proof of the pod (NodeOptions).
   std::string pod_proof_audience = "wisp";
+  // Opens the node role's KV bucket. Empty = the bus's OpenBucket; wisp-gateway passes
+  // runtime::Process::OpenBucket, which waits for JetStream at start-up (--bus-wait).
+  std::function<absl::StatusOr<bus::KeyValuePtr>(const bus::BucketConfig&)> open_bucket;
 };
 
 class CsiServer {
