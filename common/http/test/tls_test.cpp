@@ -265,6 +265,26 @@ TEST_F(TlsTest, ClientsLeavingMidwayAreForgotten) {
   EXPECT_EQ(Read(*stream).result_int(), 200u);
 }
 
+// Tests that a client sending the TLS port plain HTTP, bytes that are no TLS record, or a record
+// holding no valid handshake message is closed at once (the handshake fails; no read timeout is
+// waited out), and that the server serves on.
+TEST_F(TlsTest, NonTlsClientsAreClosedAtOnce) {
+  Start(false);
+  for (const std::string& bytes : {Serialize("POST", "/echo", "plain"), std::string(5000, '\x16'),
+                                   std::string("\x16\x03\x01\x00\x04\x63\x00\x00\x00", 9)}) {
+    tcp::socket raw(ioc_);
+    raw.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()));
+    asio::write(raw, asio::buffer(bytes));
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(ClosedWithin(raw, std::chrono::seconds(5)));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(900))
+        << "closed only by the read timeout";
+  }
+  auto stream = Connect();
+  asio::write(*stream, asio::buffer(Serialize("POST", "/echo", "ok")));
+  EXPECT_EQ(Read(*stream).result_int(), 200u);
+}
+
 // Tests the streaming route over TLS (the asynchronous reads): a multi-MiB upload arrives whole,
 // the connection then serves a plain request, and an upload that stalls fails the handler's read
 // with DeadlineExceeded after the read timeout.
