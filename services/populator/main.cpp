@@ -64,9 +64,9 @@ int main(int argc, char** argv) {
   if (!process.ok()) return runtime::Fail(kName, process.status());
   bus::Bus& bus = (*process)->bus();
   auto volumes = (*process)->OpenBucket({.name = std::string(bus::buckets::kVolumes)});
+  if (!volumes.ok()) return runtime::Fail(kName, volumes.status());
   auto sources = (*process)->OpenBucket({.name = std::string(bus::buckets::kSources)});
-  if (!volumes.ok() || !sources.ok())
-    return runtime::Fail(kName, volumes.ok() ? sources.status() : volumes.status());
+  if (!sources.ok()) return runtime::Fail(kName, sources.status());
   Clock& clock = SystemClock::Instance();
   populator::PopulatorMetrics metrics((*process)->registry());
   populator::Importer importer({.qemu_img = qemu_img,

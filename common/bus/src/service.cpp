@@ -222,10 +222,9 @@ absl::Status Service::AddEndpoint(std::string_view name, std::string_view subjec
     }
     return reply;
   };
-  WISP_ASSIGN_OR_RETURN(raw->sub, options.loop_connections > 0
-                                      ? impl_->bus.ServeOnLoops(subject, raw->stats.queue_group,
-                                                                wrapped, options.loop_connections)
-                                      : impl_->bus.Serve(subject, raw->stats.queue_group, wrapped));
+  // ServeOnLoops serves with Serve when loop_connections is 0.
+  WISP_ASSIGN_OR_RETURN(raw->sub, impl_->bus.ServeOnLoops(subject, raw->stats.queue_group, wrapped,
+                                                          options.loop_connections));
   std::lock_guard lock(impl_->mu);
   impl_->endpoints.push_back(std::move(ep));
   return absl::OkStatus();

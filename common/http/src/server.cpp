@@ -41,7 +41,6 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 
 #include "tls_stream.hpp"
 #include "wisp/http/server.hpp"
@@ -252,8 +251,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>>,
     }
     if constexpr (kTls) {
       if (!stream_.ok()) {
-        SPDLOG_LOGGER_ERROR(core_->logger, "{}: could not set up TLS: {}", remote_,
-                            ERR_error_string(ERR_get_error(), nullptr));
+        char why[256];
+        ERR_error_string_n(ERR_get_error(), why, sizeof(why));
+        SPDLOG_LOGGER_ERROR(core_->logger, "{}: could not set up TLS: {}", remote_, why);
         return Close();
       }
       Arm(core_->options.read_timeout);

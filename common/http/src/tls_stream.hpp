@@ -78,51 +78,29 @@ class TlsStream {
 
   // One non-blocking server handshake step; would_block until it completes.
   void handshake(boost::beast::error_code& ec) {
-    if (!Ready(ec)) return;
-    ERR_clear_error();
-    errno = 0;
-    const int r = SSL_do_handshake(ssl_);
-    if (r == 1) {
-      ec = {};
-      return;
-    }
-    Fail(r, ec);
+    Call(ec, [this](size_t*) { return SSL_do_handshake(ssl_); });
   }
 
   template <typename MutableBuffers>
   size_t read_some(const MutableBuffers& buffers, boost::beast::error_code& ec) {
-    if (!Ready(ec)) return 0;
     for (auto it = boost::asio::buffer_sequence_begin(buffers);
          it != boost::asio::buffer_sequence_end(buffers); ++it) {
       const boost::asio::mutable_buffer b = *it;
       if (b.size() == 0) continue;
-      size_t n = 0;
-      ERR_clear_error();
-      errno = 0;
-      const int r = SSL_read_ex(ssl_, b.data(), b.size(), &n);
-      if (r == 1) {
-        ec = {};
-        return n;
-      }
-      Fail(r, ec);
-      return 0;
+      return Call(ec, [&](size_t* n) { return SSL_read_ex(ssl_, b.data(), b.size(), n); });
     }
     ec = {};
     return 0;
   }
   template <typename MutableBuffers>
   size_t read_some(const MutableBuffers& buffers) {
-    boost::beast::error_code ec;
-    const size_t n = read_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
+    return OrThrow([&](boost::beast::error_code& ec) { return read_some(buffers, ec); });
   }
 
   // Writes at most one buffer's worth (up to 64 KiB, gathered into one piece so that a response's
   // header and body leave in one TLS record).
   template <typename ConstBuffers>
   size_t write_some(const ConstBuffers& buffers, boost::beast::error_code& ec) {
-    if (!Ready(ec)) return 0;
     const size_t total = boost::beast::buffer_bytes(buffers);
     if (total == 0) {
       ec = {};
@@ -140,23 +118,11 @@ class TlsStream {
       boost::asio::buffer_copy(boost::asio::buffer(scratch_), buffers, size);
       data = scratch_.data();
     }
-    size_t n = 0;
-    ERR_clear_error();
-    errno = 0;
-    const int r = SSL_write_ex(ssl_, data, size, &n);
-    if (r == 1) {
-      ec = {};
-      return n;
-    }
-    Fail(r, ec);
-    return 0;
+    return Call(ec, [&](size_t* n) { return SSL_write_ex(ssl_, data, size, n); });
   }
   template <typename ConstBuffers>
   size_t write_some(const ConstBuffers& buffers) {
-    boost::beast::error_code ec;
-    const size_t n = write_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
+    return OrThrow([&](boost::beast::error_code& ec) { return write_some(buffers, ec); });
   }
 
   template <typename MutableBuffers, typename Handler>
@@ -186,10 +152,33 @@ class TlsStream {
  private:
   static constexpr size_t kMaxWrite = 64 * 1024;
 
-  bool Ready(boost::beast::error_code& ec) {
-    if (ssl_ != nullptr) return true;
-    ec = boost::asio::error::no_memory;
-    return false;
+  // The throwing form of a stream operation that reports through an error_code.
+  template <typename Op>
+  static size_t OrThrow(Op op) {
+    boost::beast::error_code ec;
+    const size_t n = op(ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+
+  // One SSL_* call (`call(&bytes)`, returning 1 on success) on a clean error queue and errno, so
+  // that a failure is this call's; the bytes it moved, or 0 with `ec` set.
+  template <typename SslCall>
+  size_t Call(boost::beast::error_code& ec, SslCall call) {
+    if (ssl_ == nullptr) {
+      ec = boost::asio::error::no_memory;
+      return 0;
+    }
+    size_t n = 0;
+    ERR_clear_error();
+    errno = 0;
+    const int r = call(&n);
+    if (r == 1) {
+      ec = {};
+      return n;
+    }
+    Fail(r, ec);
+    return 0;
   }
 
   // Turns a failed SSL_* call into the error codes asio's ssl::stream gives for the same events.
@@ -219,7 +208,6 @@ class TlsStream {
       default: {
         const unsigned long e = ERR_get_error();
         ERR_clear_error();
-        errno = 0;
         if (ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
           ec = boost::asio::ssl::error::stream_truncated;  // closed without close_notify
         } else {

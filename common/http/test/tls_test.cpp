@@ -128,6 +128,13 @@ class TlsTest : public ::testing::Test {
     return res;
   }
 
+  // The status of one /echo request on a new connection: 200 while the server serves.
+  unsigned EchoStatus() {
+    auto stream = Connect();
+    asio::write(*stream, asio::buffer(Serialize("POST", "/echo", "ok")));
+    return Read(*stream).result_int();
+  }
+
   // Whether the server closed `socket` within `within` (reading it gives an error or EOF).
   static bool ClosedWithin(tcp::socket& socket, std::chrono::seconds within) {
     auto closed = std::async(std::launch::async, [&] {
@@ -238,9 +245,7 @@ TEST_F(TlsTest, SilentClientsTimeOut) {
     EXPECT_TRUE(ClosedWithin(beast::get_lowest_layer(*stream).socket(), std::chrono::seconds(5)))
         << "idle after an answer";
   }
-  auto stream = Connect();
-  asio::write(*stream, asio::buffer(Serialize("POST", "/echo", "ok")));
-  EXPECT_EQ(Read(*stream).result_int(), 200u);
+  EXPECT_EQ(EchoStatus(), 200u);
 }
 
 // Tests that a client going away in the middle of a body, or in the middle of an answer it asked
@@ -260,9 +265,7 @@ TEST_F(TlsTest, ClientsLeavingMidwayAreForgotten) {
     stream->read_some(asio::buffer(some));
     beast::get_lowest_layer(*stream).socket().close();  // with most of the answer unread
   }
-  auto stream = Connect();
-  asio::write(*stream, asio::buffer(Serialize("POST", "/echo", "still here")));
-  EXPECT_EQ(Read(*stream).result_int(), 200u);
+  EXPECT_EQ(EchoStatus(), 200u);
 }
 
 // Tests that a client sending the TLS port plain HTTP, bytes that are no TLS record, or a record
@@ -280,9 +283,7 @@ TEST_F(TlsTest, NonTlsClientsAreClosedAtOnce) {
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(900))
         << "closed only by the read timeout";
   }
-  auto stream = Connect();
-  asio::write(*stream, asio::buffer(Serialize("POST", "/echo", "ok")));
-  EXPECT_EQ(Read(*stream).result_int(), 200u);
+  EXPECT_EQ(EchoStatus(), 200u);
 }
 
 // Tests the streaming route over TLS (the asynchronous reads): a multi-MiB upload arrives whole,

@@ -32,12 +32,12 @@
 //     64, stamped alike), and finished requests are freed in batches, so a burst costs a few
 //     context switches rather than about three per request.
 //   - ServeOnLoops: `connections` connections named <name>-serve-<subject>-<i>, each in nats.c's
-//   event-loop
-//     mode on an asio io_context and a thread of its own, in the same queue group. The thread reads
-//     the socket, stamps each request's arrival as nats.c parses it, runs the handler there (one
-//     request after the other) and writes the replies of one read in one write. Drain() and
-//     Subscription::Drain() drain them as Serve's (no request the server sent is dropped). They
-//     reconnect as the bus does; requests sent while one is down go to the group's other members.
+//     event-loop mode on an asio io_context and a thread of its own, in the same queue group. The
+//     thread reads the socket, stamps each request's arrival as nats.c parses it, runs the handler
+//     there (one request after the other) and writes the replies of one read in one write.
+//     Drain() and Subscription::Drain() drain them as Serve's (no request the server sent is
+//     dropped). They reconnect as the bus does; requests sent while one is down go to the group's
+//     other members.
 //   - Subscribe: the handler runs on nats.c's delivery thread of that subscription (in order).
 //   - KeyValue::Watch: the handler runs on the watch's own thread.
 //   - Handlers of different subscriptions run concurrently. Destroying a Subscription waits for its
