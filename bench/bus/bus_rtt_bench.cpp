@@ -1,7 +1,7 @@
 // Round-trip latency of one request/reply through common/bus (NatsBus) against raw nats.c, in the
 // same run, against a nats-server on loopback that this program starts itself.
 //
-// This file and common/bus/src/nats_bus.cpp are the only wisp sources that include nats.h: the raw
+// This file and common/bus/src are the only wisp sources that include nats.h: the raw
 // nats.c numbers are the baseline the bus is measured against.
 //
 // Usage: bus_rtt_bench [--iterations N] [--rounds R] [--payload BYTES]

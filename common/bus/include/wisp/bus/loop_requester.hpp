@@ -1,5 +1,6 @@
 #pragma once
 // LoopRequester: RequestAsync over NATS connections that run on the caller's own event loop.
+// Defined in target wisp::bus_asio (link it; wisp::bus alone has no Boost).
 //
 // NatsBus reads each connection on nats.c's reader thread and hands replies to a delivery
 // thread, which hands them on to whoever waits (an HTTP I/O thread): two thread wake-ups per

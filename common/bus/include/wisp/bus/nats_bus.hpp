@@ -1,7 +1,9 @@
 #pragma once
 // NatsBus: the production wisp::bus::Bus over NATS (nats.c 3.4.1). This header does not include
-// nats.h; src/nats_bus.cpp is the only file in wisp that does (it also holds LoopRequester, see
-// loop_requester.hpp: RequestAsync over connections driven by an HTTP server's I/O threads).
+// nats.h; common/bus/src is the only code in wisp that does (src/nats_internal.hpp lists NatsBus's
+// parts). Target wisp::bus, which needs no Boost. ServeOnLoops with connections > 0 and
+// LoopRequester (loop_requester.hpp) need the event-loop part, target wisp::bus_asio: a program
+// that does not link it gets FailedPrecondition from ServeOnLoops(..., connections > 0).
 //
 // Contract:
 //   - Connect() returns Unavailable when no server in `servers` answers within connect_timeout
