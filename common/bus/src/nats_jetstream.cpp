@@ -187,3 +187,9 @@ std::unique_ptr<JetStream> NewJetStream(NatsBus::Impl& impl) {
 }
 
 }  // namespace wisp::bus::internal
+
+namespace wisp::bus {
+
+JetStream& NatsBus::Js() { return *impl_->jetstream; }
+
+}  // namespace wisp::bus

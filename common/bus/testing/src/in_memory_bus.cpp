@@ -418,14 +418,15 @@ class InMemoryJetStream final : public JetStream {
 
   absl::StatusOr<PullConsumerPtr> PullSubscribe(std::string_view stream,
                                                 const ConsumerConfig& config) override {
+    // As NatsBus: every consumer is durable.
+    if (config.durable.empty()) return absl::InvalidArgumentError("consumer durable name is empty");
     std::lock_guard lock(state_->mu);
     WISP_RETURN_IF_ERROR(state_->CheckConnectedLocked());
     auto sit = state_->streams.find(stream);
     if (sit == state_->streams.end()) {
       return absl::NotFoundError("stream " + std::string(stream) + " not found");
     }
-    std::string durable = config.durable;
-    if (durable.empty()) durable = "ephemeral-" + std::to_string(state_->next_id++);
+    const std::string& durable = config.durable;
     auto& consumer = sit->second.consumers[durable];
     if (!consumer) consumer = std::make_shared<ConsumerState>();
     consumer->config = config;
@@ -654,6 +655,9 @@ absl::StatusOr<Message> InMemoryBus::Request(std::string_view subject, std::stri
   const auto received =
       expire ? std::chrono::steady_clock::now() - timeout - std::chrono::milliseconds(1)
              : std::chrono::steady_clock::now();
+  // A handler that takes longer than `timeout` (by the injected Clock) is answered too late, as
+  // NatsBus's caller would have given up: DeadlineExceeded.
+  const auto started = state_->clock.Steady();
   std::optional<Reply> first;
   for (const auto& sub : targets) {
     if (sub.message_handler) {
@@ -663,7 +667,7 @@ absl::StatusOr<Message> InMemoryBus::Request(std::string_view subject, std::stri
       if (!first) first = std::move(r);
     }
   }
-  if (!first || drop) {
+  if (!first || drop || state_->clock.Steady() - started > timeout) {
     return absl::DeadlineExceededError("request on " + std::string(subject) + " timed out after " +
                                        std::to_string(timeout.count()) + "ms");
   }
