@@ -158,6 +158,7 @@ absl::StatusOr<std::shared_ptr<ssl::context>> LoadTls(const TlsConfig& t) {
 // One connection with its own io_context: every step is an async operation run to completion on
 // it, which gives synchronous callers per-step deadlines without a thread of their own.
 struct Conn {
+  std::shared_ptr<ssl::context> tls_ctx;  // outlives the client when a stream does
   asio::io_context ioc{1};
   std::optional<beast::tcp_stream> tcp;
   std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
@@ -478,6 +479,7 @@ absl::StatusOr<ConnPtr> BeastClient::Connect(Call& call) {
     return absl::UnavailableError(call.What() + ": resolving " + url.host + ": " + ec.message());
   const bool https = url.scheme == "https";
   if (https) {
+    conn->tls_ctx = tls_;
     conn->tls.emplace(conn->ioc, *tls_);
   } else {
     conn->tcp.emplace(conn->ioc);
