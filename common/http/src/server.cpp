@@ -732,6 +732,13 @@ absl::StatusOr<std::shared_ptr<ssl::context>> LoadTls(const ServerOptions& o) {
   if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
     return absl::InvalidArgumentError("tls-key: " + o.key_file + " does not match " + o.cert_file);
   }
+  if (!o.client_ca_file.empty()) {
+    ctx->load_verify_file(o.client_ca_file, ec);
+    if (ec) {
+      return absl::InvalidArgumentError("client-ca: " + o.client_ca_file + ": " + ec.message());
+    }
+    ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  }
   return ctx;
 }
 

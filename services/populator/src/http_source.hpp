@@ -1,21 +1,21 @@
 #pragma once
-// HttpSource: a streaming HTTP/1.1 GET over plain TCP or TLS (Boost.Beast + OpenSSL) whose body is
-// pulled through ByteSource::Read, so an image of any size passes through one buffer.
+// HttpSource: an image body pulled through ByteSource::Read from a GET made by http::Client
+// (common/http), so an image of any size passes through one buffer; a Content-Length body goes
+// straight from the socket into the caller's buffer.
 //
 // - TLS verifies the peer against the system roots plus `ca_pem` (a custom CA bundle) and checks
-//   the host name (or IP) with OpenSSL's own matcher.
+//   the host name (or IP).
 // - Extra request headers (from a secret reference) are sent but never logged or put in errors.
 // - `range_start` > 0 asks for "Range: bytes=<start>-" (with If-Range when a validator is known);
 //   info().partial says whether the server honoured it. A server that answers 200 instead sends
 //   the whole body and the caller must start over.
-// - Redirects (301/302/303/307/308) are followed up to max_redirects.
+// - Redirects (301/302/303/307/308) are followed up to max_redirects (the client's are off).
 //
-// Errors (all name the URL without its query string or user info):
-//   404/410 -> NotFound "HTTP 404 Not Found from https://host/path"; 401/403 -> PermissionDenied;
-//   other 4xx -> FailedPrecondition; 429/5xx, resolve/connect failures, timeouts -> Unavailable;
-//   a TLS handshake or certificate failure -> FailedPrecondition "TLS handshake with host:port
-//   failed: certificate verify failed (self-signed certificate)"; a body cut short ->
-//   Unavailable "HTTP body truncated: received N of M bytes".
+// Errors are http::Client's one mapping (wisp/http/client.hpp), all naming the URL without its
+// query string or user info: "HTTP 404 Not Found from https://host/path" is NotFound; a TLS
+// certificate failure is FailedPrecondition "... certificate verify failed (...)"; a timeout
+// DeadlineExceeded; a body cut short Unavailable "HTTP body truncated: received N of M bytes";
+// a 2xx other than 200/206 FailedPrecondition "unexpected HTTP ...".
 //
 //   HttpOptions opts; opts.ca_pem = ca;
 //   WISP_ASSIGN_OR_RETURN(auto body, HttpSource::Open("https://mirror/cirros.qcow2.xz", opts));
@@ -27,6 +27,7 @@
 #include <string>
 
 #include "byte_source.hpp"
+#include "wisp/http/client.hpp"
 #include "wisp/http/url.hpp"
 
 namespace wisp::populator {
@@ -58,14 +59,14 @@ class HttpSource final : public ByteSource {
  public:
   static absl::StatusOr<std::unique_ptr<HttpSource>> Open(std::string_view url,
                                                           const HttpOptions& options);
-  ~HttpSource() override;
-  const HttpResponseInfo& info() const;
+  const HttpResponseInfo& info() const { return info_; }
   absl::StatusOr<size_t> Read(uint8_t* buf, size_t n) override;
 
  private:
-  struct Impl;
-  explicit HttpSource(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  HttpSource(http::ResponseStreamPtr body, HttpResponseInfo info)
+      : body_(std::move(body)), info_(std::move(info)) {}
+  http::ResponseStreamPtr body_;
+  HttpResponseInfo info_;
 };
 
 }  // namespace wisp::populator

@@ -15,6 +15,7 @@
 //     error); request line + headers at most 64 KiB; slow clients time out (read_timeout).
 //   - TLS when cert_file/key_file are set: TLS 1.2 minimum; the files are re-read when they change
 //     (checked at most every cert_reload_interval), so rotated certificates need no restart.
+//     client_ca_file set: mutual TLS, a client without a certificate that CA signed is refused.
 //   - unix_socket set: serve plain HTTP on that path (stale socket removed, mode socket_mode).
 //   - An unknown path is 404, a known path with another method 405, both with a JSON error body.
 //   - Streaming routes (HandleStream, for uploads of GiB): the handler gets the request line and
@@ -129,6 +130,8 @@ struct ServerOptions {
   uint32_t socket_mode = 0660;
   std::string cert_file;  // PEM chain; TLS when set together with key_file
   std::string key_file;
+  // When set, clients must present a certificate signed by a CA in this PEM file (mutual TLS).
+  std::string client_ca_file;
   std::chrono::seconds cert_reload_interval{10};
   size_t max_body_bytes = 3 * 1024 * 1024;
   int threads = 4;
