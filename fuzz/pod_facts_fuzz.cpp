@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "policy/src/pod_facts.hpp"
+#include "wisp/policy/pod_facts.hpp"
 #include "wisp/k8s/json.hpp"
 #include "wisp/k8s/objects.hpp"
 

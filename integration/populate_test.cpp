@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "test_http_server.hpp"
+#include "wisp/populator/testing/test_http_server.hpp"
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "admission/review_call.hpp"
-#include "policy/src/rules.hpp"
+#include "wisp/policy/rules.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/config/file_reloader.hpp"
 #include "wisp/runtime/runtime.hpp"

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "admission/review_call.hpp"
-#include "policy/src/rules.hpp"
+#include "wisp/policy/rules.hpp"
 
 namespace {
 

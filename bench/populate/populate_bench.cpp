@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "importer.hpp"
-#include "test_http_server.hpp"
+#include "wisp/populator/testing/test_http_server.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // wisp-gateway: parses settings, starts the process skeleton and the Gateway, waits for SIGTERM.
-#include "src/gateway.hpp"
+#include "gateway.hpp"
 
 int main(int argc, char** argv) {
   using namespace wisp;

@@ -3,10 +3,10 @@
 #include <string>
 #include <vector>
 
-#include "src/admit.hpp"
-#include "src/status.hpp"
-#include "src/token.hpp"
-#include "src/volume.hpp"
+#include "admit.hpp"
+#include "status.hpp"
+#include "token.hpp"
+#include "volume.hpp"
 
 namespace {
 

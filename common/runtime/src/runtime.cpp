@@ -11,7 +11,7 @@
 
 namespace wisp::runtime {
 
-void AddCommonFlags(config::Flags& flags, CommonSettings& s) {
+void AddNatsFlags(config::Flags& flags, CommonSettings& s) {
   flags.String("nats-url", &s.nats_url,
                "NATS server URLs, comma separated (several = the members of a NATS cluster; "
                "tls:// for TLS).");
@@ -27,6 +27,27 @@ void AddCommonFlags(config::Flags& flags, CommonSettings& s) {
                "Subject prefix of this process's reply inboxes. Empty means _INBOX.<service> "
                "(for example _INBOX.wisp-token), so NATS can let each service user subscribe to "
                "its own replies and nobody else's.");
+}
+
+absl::StatusOr<bus::NatsBusOptions> NatsOptions(const CommonSettings& settings,
+                                                const std::string& name) {
+  bus::NatsBusOptions options;
+  WISP_ASSIGN_OR_RETURN(options.servers, ParseNatsUrls(settings.nats_url));
+  options.name = name;
+  options.user = settings.nats_user;
+  options.password = settings.nats_password;
+  options.creds_file = settings.nats_creds;
+  options.token = settings.nats_token;
+  options.tls_ca_file = settings.nats_ca;
+  options.tls_cert_file = settings.nats_cert;
+  options.tls_key_file = settings.nats_key;
+  options.inbox_prefix =
+      settings.nats_inbox_prefix.empty() ? "_INBOX." + name : settings.nats_inbox_prefix;
+  return options;
+}
+
+void AddCommonFlags(config::Flags& flags, CommonSettings& s) {
+  AddNatsFlags(flags, s);
   flags.String("metrics-address", &s.metrics_address,
                "host:port serving /metrics, /healthz and /readyz.");
   flags.Enum("log-level", &s.log_level,
@@ -86,18 +107,7 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(std::string service,
   process->service_ = service;
   process->settings_ = settings;
 
-  bus::NatsBusOptions options;
-  WISP_ASSIGN_OR_RETURN(options.servers, ParseNatsUrls(settings.nats_url));
-  options.name = service;
-  options.user = settings.nats_user;
-  options.password = settings.nats_password;
-  options.creds_file = settings.nats_creds;
-  options.token = settings.nats_token;
-  options.tls_ca_file = settings.nats_ca;
-  options.tls_cert_file = settings.nats_cert;
-  options.tls_key_file = settings.nats_key;
-  options.inbox_prefix =
-      settings.nats_inbox_prefix.empty() ? "_INBOX." + service : settings.nats_inbox_prefix;
+  WISP_ASSIGN_OR_RETURN(bus::NatsBusOptions options, NatsOptions(settings, service));
   options.retry_on_failed_connect = true;
   options.serve_threads = static_cast<int>(settings.serve_threads);
   options.registry = &metrics::Registry();

@@ -1,4 +1,4 @@
-#include "src/gateway.hpp"
+#include "gateway.hpp"
 
 #include <gtest/gtest.h>
 

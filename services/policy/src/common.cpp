@@ -2,7 +2,7 @@
 #include <regex>
 #include <string>
 
-#include "policy/src/rules_internal.hpp"
+#include "rules_internal.hpp"
 #include "wisp/k8s/objects.hpp"
 
 namespace wisp::policy {

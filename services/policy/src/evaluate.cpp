@@ -1,8 +1,9 @@
-// Rule f (pod token audiences) and the mutate/validate dispatch that combines the rules.
+// Rule f (pod token audiences) and the mutate/validate paths that run the registry's rules.
 #include <optional>
 #include <string>
 
-#include "policy/src/rules_internal.hpp"
+#include "rules_internal.hpp"
+#include "wisp/policy/registry.hpp"
 #include "wisp/k8s/json_patch.hpp"
 #include "wisp/k8s/objects.hpp"
 
@@ -99,56 +100,66 @@ void AppendOperations(std::string& patch, std::string_view more) {
 }  // namespace
 
 Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLookup& lookup) {
-  // Each rule sees the object as the rules before it left it, and the patches are applied one
-  // after the other, so together they are the patch (RFC 6902 applies operations in order). The
-  // token-sidecar rule reads the pod's facts; only a pod the virt-launcher rule will look at
-  // needs the object, with the first patch applied.
+  // The kind's mutate rules (registry.cpp), in order. Each sees the object as the rules before it
+  // left it, and the patches are applied one after the other, so together they are the patch
+  // (RFC 6902 applies operations in order). Rules that read the pod's facts need no tree; only a
+  // rule that asks for the object (the virt-launcher rule, for a virt-launcher pod) gets it, with
+  // the earlier patches applied.
   Verdict total;
-  std::string first_patch;
-  {
-    Verdict sidecar = EvaluateTokenSidecar(in, policy);
-    first_patch = std::move(sidecar.patch);
-    if (!Merge(total, std::move(sidecar))) return total;
-  }
-  if (policy.rules.virt_launcher && internal::IsVirtLauncherPod(in)) {
-    absl::Status st = in.ParseObject();
-    if (st.ok() && !first_patch.empty()) {
-      auto patched = k8s::ApplyPatch(in.object, std::string_view(first_patch));
-      if (patched.ok()) {
-        in.object = *std::move(patched);
-      } else {
-        st = patched.status();
+  const KindRules* kind = FindKind(in.call.kind().group(), in.call.kind().kind());
+  if (kind == nullptr) return total;
+  std::string pending;  // patches not yet applied to in.object
+  std::optional<k8s::Json> last_mutated;
+  for (const Rule& rule : kind->mutate) {
+    if (rule.needs_object != nullptr && rule.needs_object(in, policy)) {
+      absl::Status st = in.ParseObject();
+      if (st.ok() && !pending.empty()) {
+        auto patched = k8s::ApplyPatch(in.object, std::string_view(pending));
+        if (patched.ok()) {
+          in.object = *std::move(patched);
+          pending.clear();
+        } else {
+          st = patched.status();
+        }
+      }
+      if (!st.ok()) {
+        total.rule_outcomes[std::string(rule.name)] = std::string(kOutcomeError);
+        total.error =
+            absl::InternalError(std::string(rule.reads) + ": " + std::string(st.message()));
+        total.patch.clear();
+        total.mutated.reset();
+        return total;  // an error answers without a patch
       }
     }
-    if (!st.ok()) {
-      total.rule_outcomes[std::string(kRuleVirtLauncher)] = std::string(kOutcomeError);
-      total.error = absl::InternalError("virt-launcher pod: " + std::string(st.message()));
-      return total;  // an error answers without a patch
+    Verdict part = rule.evaluate(in, policy, lookup);
+    std::string patch = std::move(part.patch);
+    std::optional<k8s::Json> mutated = std::move(part.mutated);
+    if (!Merge(total, std::move(part))) {  // no patch with a denial or an error
+      total.patch.clear();
+      total.mutated.reset();
+      return total;
     }
+    if (patch.empty()) continue;
+    AppendOperations(total.patch, patch);
+    if (mutated) {
+      if (&rule != &kind->mutate.back()) in.object = *mutated;  // later rules see its output
+      pending.clear();
+    } else {
+      AppendOperations(pending, patch);
+    }
+    last_mutated = std::move(mutated);
   }
-  Verdict launcher_verdict = EvaluateVirtLauncher(in, policy, lookup);
-  std::string second_patch = std::move(launcher_verdict.patch);
-  std::optional<k8s::Json> object = std::move(launcher_verdict.mutated);
-  if (!Merge(total, std::move(launcher_verdict))) return total;  // no patch with a denial or error
-  total.patch = std::move(first_patch);
-  AppendOperations(total.patch, second_patch);
-  if (!second_patch.empty() && object) total.mutated = std::move(*object);
+  if (last_mutated) total.mutated = std::move(*last_mutated);
   return total;
 }
 
 Verdict EvaluateValidate(const AdmissionInput& in, const Policy& policy,
                          const RecordLookup& lookup) {
   Verdict total;
-  if (in.Is("", "Pod")) {
-    Merge(total, EvaluatePodTokenAudiences(in, policy));
-  } else if (in.Is("kubevirt.io", "VirtualMachineInstance")) {
-    Merge(total, EvaluateVmiTokenVolumes(in, policy));
-  } else if (in.Is("cdi.kubevirt.io", "DataVolume")) {
-    Merge(total, EvaluateDataVolume(in, policy, lookup));
-  } else if (in.Is("", "PersistentVolumeClaim")) {
-    Merge(total, EvaluatePvc(in, policy, lookup));
-  } else if (in.Is(kWispGroup, "VolumeImportSource")) {
-    Merge(total, EvaluateVolumeImportSource(in, policy));
+  const KindRules* kind = FindKind(in.call.kind().group(), in.call.kind().kind());
+  if (kind == nullptr) return total;
+  for (const Rule& rule : kind->validate) {
+    if (!Merge(total, rule.evaluate(in, policy, lookup))) break;  // the first denial wins
   }
   return total;
 }

@@ -1,4 +1,4 @@
-#include "policy/src/policy_service.hpp"
+#include "wisp/policy/policy_service.hpp"
 
 #include <chrono>
 

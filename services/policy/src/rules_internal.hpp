@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "policy/src/rules.hpp"
+#include "wisp/policy/rules.hpp"
 
 namespace wisp::policy::internal {
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "policy/src/rules_internal.hpp"
+#include "rules_internal.hpp"
 #include "wisp/k8s/json_writer.hpp"
 #include "wisp/k8s/objects.hpp"
 #include "wisp/k8s/quantity.hpp"

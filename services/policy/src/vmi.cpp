@@ -3,7 +3,7 @@
 #include <cmath>
 #include <set>
 
-#include "policy/src/rules_internal.hpp"
+#include "rules_internal.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/k8s/json_patch.hpp"
 #include "wisp/k8s/objects.hpp"

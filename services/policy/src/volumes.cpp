@@ -3,8 +3,9 @@
 #include <optional>
 #include <set>
 
-#include "policy/src/rules_internal.hpp"
+#include "rules_internal.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/formats/image_formats.hpp"
 #include "wisp/k8s/objects.hpp"
 #include "wisp/k8s/quantity.hpp"
 
@@ -362,9 +363,9 @@ Verdict EvaluateVolumeImportSource(const AdmissionInput& in, const Policy& polic
     }
   }
   std::string format = k8s::GetString(in.object, {"spec", "format"});
-  if (!format.empty() && format != "raw" && format != "qcow2") {
+  if (!format.empty() && !formats::IsDiskFormat(format)) {
     causes.push_back("spec.format: Unsupported value: " + k8s::Quote(format) +
-                     ": supported values: \"raw\", \"qcow2\"");
+                     ": supported values: " + formats::QuotedList());
   }
   if (!causes.empty()) return Deny(kRule, causes, 422, "Invalid");
   v1::PopulationRecord record;

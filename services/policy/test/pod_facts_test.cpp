@@ -1,4 +1,4 @@
-#include "policy/src/pod_facts.hpp"
+#include "wisp/policy/pod_facts.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "policy/src/policy.hpp"
+#include "wisp/policy/policy.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "policy/src/reload.hpp"
+#include "wisp/policy/reload.hpp"
 
 #include <unistd.h>
 

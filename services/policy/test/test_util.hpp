@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "policy/src/rules.hpp"
+#include "wisp/policy/rules.hpp"
 #include "wisp/k8s/json_patch.hpp"
 
 namespace wisp::policy::testing {

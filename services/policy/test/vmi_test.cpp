@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "policy/src/rules.hpp"
-#include "test/test_util.hpp"
+#include "wisp/policy/rules.hpp"
+#include "test_util.hpp"
 #include "wisp/bus/subjects.hpp"
 
 namespace wisp::policy {

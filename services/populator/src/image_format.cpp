@@ -33,13 +33,15 @@ bool IsCompression(FormatKind kind) {
 
 ImageFormat DetectFormat(const uint8_t* data, size_t n) {
   using namespace std::string_view_literals;
-  if (StartsWith(data, n, "\x1f\x8b"sv)) return {FormatKind::kGzip, "gz"};
+  if (StartsWith(data, n, "\x1f\x8b"sv)) return {FormatKind::kGzip, std::string(formats::kGzip)};
   if (StartsWith(data, n,
                  "\xfd"
                  "7zXZ\x00"sv))
-    return {FormatKind::kXz, "xz"};
-  if (StartsWith(data, n, "\x28\xb5\x2f\xfd"sv)) return {FormatKind::kZstd, "zst"};
-  if (StartsWith(data, n, "QFI\xfb"sv)) return {FormatKind::kQcow2, "qcow2"};
+    return {FormatKind::kXz, std::string(formats::kXz)};
+  if (StartsWith(data, n, "\x28\xb5\x2f\xfd"sv)) {
+    return {FormatKind::kZstd, std::string(formats::kZstd)};
+  }
+  if (StartsWith(data, n, "QFI\xfb"sv)) return {FormatKind::kQcow2, std::string(formats::kQcow2)};
   if (StartsWith(data, n, "KDMV"sv)) return {FormatKind::kUnsupported, "vmdk"};
   if (StartsWith(data, n, "<<< Oracle VM VirtualBox Disk Image >>>"sv) ||
       StartsWith(data, n, "\x7f\x10\xda\xbe"sv, 64)) {
@@ -52,7 +54,7 @@ ImageFormat DetectFormat(const uint8_t* data, size_t n) {
   }
   if (StartsWith(data, n, "PK\x03\x04"sv)) return {FormatKind::kUnsupported, "zip"};
   if (LooksLikeHtml(data, n)) return {FormatKind::kUnsupported, "html (a web page, not an image)"};
-  return {FormatKind::kRaw, "raw"};
+  return {FormatKind::kRaw, std::string(formats::kRaw)};
 }
 
 absl::StatusOr<Qcow2Header> ParseQcow2Header(const uint8_t* data, size_t n) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "wisp/formats/image_formats.hpp"
 #include "wisp/status/status.hpp"
 
 namespace wisp::populator {
@@ -26,7 +27,8 @@ enum class FormatKind { kRaw, kQcow2, kGzip, kXz, kZstd, kUnsupported };
 
 struct ImageFormat {
   FormatKind kind = FormatKind::kRaw;
-  std::string name;  // "raw", "qcow2", "gz", "xz", "zst", or the unsupported format's name
+  // A name of wisp/formats/image_formats.hpp, or the unsupported format's name.
+  std::string name;
 };
 
 bool IsCompression(FormatKind kind);

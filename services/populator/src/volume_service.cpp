@@ -9,6 +9,7 @@
 #include "progress.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/formats/image_formats.hpp"
 #include "wisp/log/log.hpp"
 #include "wisp/v1/admission.pb.h"
 
@@ -182,10 +183,10 @@ absl::StatusOr<v1::VolumeSpec> VolumeService::ResolveSpec(v1::VolumeSpec spec) {
     }
   }
   const std::string& format = source->format();
-  if (!format.empty() && format != "raw" && format != "qcow2") {
-    return absl::InvalidArgumentError(
-        std::string(kParamSourceFormat) + ": \"" + format +
-        "\" is not supported (raw or qcow2; compression is detected)");
+  if (!format.empty() && !formats::IsDiskFormat(format)) {
+    return absl::InvalidArgumentError(std::string(kParamSourceFormat) + ": \"" + format +
+                                      "\" is not supported (" + formats::PlainList() +
+                                      "; compression is detected)");
   }
   if (!source->sha256().empty()) {
     WISP_ASSIGN_OR_RETURN(std::string sha, NormalizeSha256(source->sha256(), kParamSha256));

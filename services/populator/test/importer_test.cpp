@@ -9,7 +9,7 @@
 
 #include "checksum.hpp"
 #include "progress.hpp"
-#include "test_http_server.hpp"
+#include "wisp/populator/testing/test_http_server.hpp"
 
 namespace wisp::populator {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "test_http_server.hpp"
+#include "wisp/populator/testing/test_http_server.hpp"
 
 namespace wisp::populator {
 namespace {

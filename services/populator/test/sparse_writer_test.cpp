@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "test_http_server.hpp"
+#include "wisp/populator/testing/test_http_server.hpp"
 
 namespace wisp::populator {
 namespace {

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "job_runner.hpp"
-#include "test_http_server.hpp"
+#include "wisp/populator/testing/test_http_server.hpp"
 #include "volume_service.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "job_runner.hpp"
-#include "test_http_server.hpp"
+#include "wisp/populator/testing/test_http_server.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/bus/testing/in_memory_bus.hpp"

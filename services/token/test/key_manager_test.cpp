@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "test_env.hpp"
+#include "wisp/token/testing/test_env.hpp"
 
 namespace wisp::token {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "exchanger.hpp"
 #include "policy_store.hpp"
-#include "test_env.hpp"
+#include "wisp/token/testing/test_env.hpp"
 
 namespace wisp::token {
 namespace {

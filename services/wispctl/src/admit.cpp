@@ -8,7 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "cli.hpp"
-#include "policy/src/policy_service.hpp"
+#include "wisp/policy/rules.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/k8s/json_patch.hpp"

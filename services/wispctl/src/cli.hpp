@@ -11,17 +11,12 @@
 
 #include "wisp/bus/bus.hpp"
 #include "wisp/config/flags.hpp"
+#include "wisp/runtime/runtime.hpp"
 
 namespace wisp::wispctl {
 
 struct Connection {
-  std::string nats_url = "nats://127.0.0.1:4222";
-  std::string nats_user;
-  std::string nats_password;
-  std::string nats_creds;
-  std::string nats_ca;
-  std::string nats_cert;
-  std::string nats_key;
+  runtime::CommonSettings nats;  // only its NATS settings are used (runtime::AddNatsFlags)
   std::chrono::milliseconds timeout = std::chrono::seconds(2);
 };
 

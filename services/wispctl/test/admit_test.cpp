@@ -1,8 +1,8 @@
-#include "src/admit.hpp"
+#include "admit.hpp"
 
 #include <gtest/gtest.h>
 
-#include "policy/src/rules.hpp"
+#include "wisp/policy/rules.hpp"
 
 namespace wisp::wispctl {
 namespace {

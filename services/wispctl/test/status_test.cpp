@@ -1,4 +1,4 @@
-#include "src/status.hpp"
+#include "status.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "src/volume.hpp"
+#include "volume.hpp"
 
 #include <gtest/gtest.h>
 

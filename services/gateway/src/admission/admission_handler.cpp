@@ -12,6 +12,7 @@
 #include "wisp/config/flags.hpp"
 #include "wisp/log/log.hpp"
 #include "wisp/metrics/metrics.hpp"
+#include "wisp/policy/registry.hpp"
 
 namespace wisp::gateway::admission {
 namespace {
@@ -46,13 +47,6 @@ AdmissionMetrics::AdmissionMetrics(prometheus::Registry& registry)
                            .Name("wisp_gateway_admission_duration_seconds")
                            .Help("Time to answer an AdmissionReview, by webhook")
                            .Register(registry)) {}
-
-bool IsAdmittedKind(std::string_view group, std::string_view kind) {
-  return (group.empty() && (kind == "Pod" || kind == "PersistentVolumeClaim")) ||
-         (group == "kubevirt.io" && kind == "VirtualMachineInstance") ||
-         (group == "cdi.kubevirt.io" && kind == "DataVolume") ||
-         (group == "wisp.dev" && kind == "VolumeImportSource");
-}
 
 v1::AdmissionCall ToAdmissionCall(const k8s::AdmissionRequest& r,
                                   const std::string& server_version) {
@@ -169,14 +163,12 @@ void AdmissionHandler::HandleAsync(const http::Request& request, bool mutate,
     return answer(st.Fail(webhook, "", 400, std::string(review.status().message())));
   const v1::AdmissionCall& call = review->call;
   const v1::GroupVersionKind& gvk = call.kind();
-  if (!IsAdmittedKind(gvk.group(), gvk.kind())) {
+  if (!policy::IsAdmittedKind(gvk.group(), gvk.kind())) {
     const std::string api_version =
         gvk.group().empty() ? gvk.version() : gvk.group() + "/" + gvk.version();
     return answer(st.Fail(webhook, gvk.kind(), 400,
                           "request.kind \"" + api_version + ", Kind=" + gvk.kind() +
-                              "\" is not admitted by wisp (v1 Pod, v1 PersistentVolumeClaim, "
-                              "kubevirt.io VirtualMachineInstance, cdi.kubevirt.io DataVolume, "
-                              "wisp.dev VolumeImportSource)"));
+                              "\" is not admitted by wisp (" + policy::AdmittedKindsText() + ")"));
   }
   // Keep a margin so the answer (fail-open/closed included) leaves before the caller's deadline.
   auto margin = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(100), budget / 10);

@@ -64,8 +64,8 @@ struct AdmissionMetrics {
   prometheus::Family<prometheus::Histogram>& duration_seconds;
 };
 
-// The kinds wisp's webhooks are registered for (group, kind).
-bool IsAdmittedKind(std::string_view group, std::string_view kind);
+// The kinds wisp admits are wisp-policy's rule registry (wisp/policy/registry.hpp): a kind not
+// listed there is answered 400 here, without a bus call.
 // AdmissionReview request -> the bus message (objects as JSON text).
 v1::AdmissionCall ToAdmissionCall(const k8s::AdmissionRequest& request,
                                   const std::string& server_version);

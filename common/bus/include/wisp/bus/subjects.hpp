@@ -2,6 +2,13 @@
 // Every NATS subject, queue group, stream and bucket name wisp uses. Call sites never spell a
 // subject as a string literal; they name a constant here (or call a builder for routed subjects).
 // Versioned: wisp.v1.<service>.<verb>. Bodies are the protobuf messages of proto/wisp/v1.
+//
+// Who may publish or subscribe to a subject is not decided here. The NATS permissions live in
+// scripts/nats-auth (one user per service, least privilege; local-up and the integration tests use
+// its output), and the Helm chart's defaults, deploy/helm/wisp/files/nats-permissions.json, are
+// `scripts/nats-auth --json` (scripts/check-deploy fails when they drift). A new subject needs
+// an allow entry there for its caller (publish) and its server (subscribe); see the recipe "Add a
+// subject" in docs/architecture.md.
 #include <string>
 #include <string_view>
 

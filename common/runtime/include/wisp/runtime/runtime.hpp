@@ -57,6 +57,13 @@ struct CommonSettings {
 };
 
 void AddCommonFlags(config::Flags& flags, CommonSettings& settings);
+// Only the NATS connection flags (nats-url ... nats-inbox-prefix), for a tool that connects like
+// a service but is not one (wispctl). AddCommonFlags declares them too.
+void AddNatsFlags(config::Flags& flags, CommonSettings& settings);
+// The NATS half of the settings as connection options (servers, name, credentials, TLS, inbox
+// prefix "_INBOX.<name>" unless set): the one mapping Process::Start and wispctl both use.
+absl::StatusOr<bus::NatsBusOptions> NatsOptions(const CommonSettings& settings,
+                                                const std::string& name);
 
 // Splits "nats://a:4222,nats://b:4222" into URLs; InvalidArgument naming nats-url when empty or
 // when a URL has no scheme.

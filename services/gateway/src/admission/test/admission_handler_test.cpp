@@ -3,7 +3,7 @@
 #include <absl/strings/escaping.h>
 #include <gtest/gtest.h>
 
-#include "policy/src/policy_service.hpp"
+#include "wisp/policy/policy_service.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/bus/testing/in_memory_bus.hpp"
 #include "wisp/k8s/json_patch.hpp"

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "test_env.hpp"
+#include "wisp/token/testing/test_env.hpp"
 #include "token_service.hpp"
 
 namespace wisp::gateway::oidc {

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "policy/src/pod_facts.hpp"
-#include "policy/src/policy.hpp"
+#include "wisp/policy/pod_facts.hpp"
+#include "wisp/policy/policy.hpp"
 #include "wisp/k8s/json.hpp"
 #include "wisp/v1/admission.pb.h"
 

@@ -25,8 +25,8 @@
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
 
-#include "policy/src/policy.hpp"
-#include "policy/src/rules.hpp"
+#include "wisp/policy/policy.hpp"
+#include "wisp/policy/rules.hpp"
 #include "wisp/bus/bus.hpp"
 #include "wisp/bus/service.hpp"
 #include "wisp/status/clock.hpp"

@@ -1,4 +1,4 @@
-#include "test_http_server.hpp"
+#include "wisp/populator/testing/test_http_server.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

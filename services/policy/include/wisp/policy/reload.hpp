@@ -30,7 +30,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
-#include "policy/src/policy.hpp"
+#include "wisp/policy/policy.hpp"
 #include "wisp/config/file_reloader.hpp"
 
 namespace wisp::policy {

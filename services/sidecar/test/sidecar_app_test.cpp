@@ -1,0 +1,86 @@
+#include "sidecar_app.hpp"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace wisp::sidecar {
+namespace {
+
+namespace fs = std::filesystem;
+
+class OneTokenSts : public StsClient {
+ public:
+  absl::StatusOr<AccessToken> Exchange(const std::string& subject) override {
+    if (subject != "projected-jwt") return absl::PermissionDeniedError("wrong subject token");
+    return AccessToken{"access-1", "Bearer", std::chrono::seconds(1000)};
+  }
+};
+
+// One HTTP/1.1 GET over the unix socket; the whole response text.
+std::string Get(const std::string& socket_path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket_path.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "";
+  }
+  const std::string req = "GET /token HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  (void)!::write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+absl::Status Parse(std::vector<const char*> args, SidecarSettings& settings) {
+  config::Flags flags("wisp-sidecar", "test");
+  AddSidecarFlags(flags, settings);
+  args.insert(args.begin(), "wisp-sidecar");
+  return flags.Parse(static_cast<int>(args.size()), args.data());
+}
+
+// Tests that the flags reach the settings and the STS options.
+TEST(SidecarAppTest, FlagsAndStsOptions) {
+  SidecarSettings s;
+  ASSERT_TRUE(Parse({"--sts-url", "https://gw:8443/v1/token", "--audience", "a", "--scope", "x y",
+                     "--ca-file", "/ca.pem"},
+                    s)
+                  .ok());
+  EXPECT_EQ(s.socket, "/run/wisp/token.sock");
+  StsOptions o = StsOptionsFrom(s);
+  EXPECT_EQ(o.url, "https://gw:8443/v1/token");
+  EXPECT_EQ(o.ca_file, "/ca.pem");
+  EXPECT_EQ(o.audience, "a");
+  EXPECT_EQ(o.scope, "x y");
+}
+
+// Tests that a started app answers on its socket with the token the STS exchanged for the
+// projected token, and stops listening on Stop().
+TEST(SidecarAppTest, ServesTheExchangedToken) {
+  const fs::path dir = fs::temp_directory_path() / ("sidecar_app_test_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  SidecarSettings s;
+  s.socket = (dir / "token.sock").string();
+  s.token_file = (dir / "token").string();
+  std::ofstream(s.token_file) << "projected-jwt";
+  auto app = SidecarApp::Start(s, std::make_unique<OneTokenSts>());
+  ASSERT_TRUE(app.ok()) << app.status();
+  const std::string resp = Get(s.socket);
+  EXPECT_NE(resp.find("200"), std::string::npos) << resp;
+  EXPECT_NE(resp.find("\"access_token\":\"access-1\""), std::string::npos) << resp;
+  (*app)->Stop();
+  EXPECT_EQ(Get(s.socket), "");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace wisp::sidecar

@@ -1,0 +1,116 @@
+#include "token_app.hpp"
+
+#include "wisp/bus/subjects.hpp"
+
+namespace wisp::token {
+
+void AddTokenFlags(config::Flags& flags, TokenSettings& s) {
+  flags.String("key-encryption-key-file", &s.kek_file,
+               "File holding the 32-byte key-encryption key (raw, hex or base64) that seals the "
+               "signing keys in the wisp_keys bucket. Required.");
+  flags.Enum("algorithm", &s.algorithm, {"RS256", "ES256"}, "Default signing algorithm.");
+  flags.Duration(
+      "key-rotation-period", &s.rotation, "How often a new signing key is made.", [](auto d) {
+        return d >= std::chrono::seconds(10) ? absl::OkStatus()
+                                             : absl::InvalidArgumentError("must be at least 10s");
+      });
+  flags.String("issuer-url", &s.issuer_url,
+               "The iss of every token; discovery is served under it.");
+  flags.String("jwks-uri", &s.jwks_uri,
+               "jwks_uri in discovery (default <issuer-url>/openid/v1/jwks).");
+  flags.String("policy-file", &s.policy_file,
+               "YAML token policy (audiences, lifetimes, exchange, trusted issuers, pod proofs on "
+               "issue). Re-read on "
+               "SIGHUP and when the file changes; a file that does not load keeps the policy in "
+               "force. Without it any namespace may request any audience and no exchange is "
+               "allowed.");
+  flags.Duration("review-leeway", &s.leeway,
+                 "Clock skew allowed when checking exp and nbf (reviews, exchanges, pod proofs).");
+}
+
+absl::StatusOr<jwt::Kek> CheckTokenSettings(const TokenSettings& s) {
+  if (s.kek_file.empty()) return absl::InvalidArgumentError("key-encryption-key-file: required");
+  auto kek = jwt::Kek::FromFile(s.kek_file);
+  if (!kek.ok()) return absl::InvalidArgumentError(kek.status().message());
+  if (!s.policy_file.empty()) {
+    // A bad file fails before anything starts; the remote JWKS are fetched once metrics exist.
+    if (auto p = Policy::FromFile(s.policy_file); !p.ok()) return p.status();
+  }
+  return kek;
+}
+
+absl::StatusOr<std::unique_ptr<TokenApp>> TokenApp::Start(const TokenSettings& s,
+                                                          const jwt::Kek& kek,
+                                                          runtime::Process& process) {
+  using std::chrono::duration_cast;
+  using std::chrono::seconds;
+  std::unique_ptr<TokenApp> app(new TokenApp());
+  app->policy_file_ = s.policy_file;
+  // Ready only once keys are loaded and the endpoints serve.
+  process.endpoint().AddReadinessCheck("token", [serving = app->serving_] {
+    return *serving ? absl::OkStatus() : absl::UnavailableError("signing keys not loaded yet");
+  });
+  WISP_ASSIGN_OR_RETURN(
+      app->keys_bucket_,
+      process.OpenBucket({.name = std::string(bus::buckets::kKeys), .history = 5}));
+  app->metrics_ = std::make_unique<TokenMetrics>(process.registry());
+  Clock& clock = SystemClock::Instance();
+  absl::StatusOr<Policy> policy = Policy::Default();
+  if (!s.policy_file.empty()) {
+    policy = LoadPolicyFile(s.policy_file, nullptr, clock, app->metrics_.get());
+  }
+  if (!policy.ok()) return policy.status();
+  const jwt::Algorithm alg = *jwt::ParseAlgorithm(s.algorithm);
+  app->policy_store_ = std::make_unique<PolicyStore>(*policy);
+  app->keys_ = std::make_unique<KeyManager>(
+      *app->keys_bucket_, kek, clock,
+      KeyManager::Options{.rotation_period = duration_cast<seconds>(s.rotation),
+                          .longest_token = seconds(policy->LongestTokenSeconds()),
+                          .default_algorithm = alg},
+      app->metrics_.get());
+  // A reloaded policy that allows longer tokens keeps keys retired from then on published longer.
+  app->policy_store_->OnReplace([keys = app->keys_.get()](const Policy& p) {
+    keys->ExtendLongestToken(seconds(p.LongestTokenSeconds()));
+  });
+  // SIGHUP reaches main's WaitForSignal (runtime blocks it in every thread), which calls Reload():
+  // a second thread waiting for it too would take some signals and leave others.
+  app->watcher_ = std::make_unique<PolicyWatcher>(
+      *app->policy_store_, PolicyWatcher::Options{.path = s.policy_file, .handle_sighup = false},
+      clock, *app->metrics_);
+  if (!s.policy_file.empty()) app->watcher_->Start();
+  WISP_RETURN_IF_ERROR(app->keys_->Start());
+  const seconds leeway = duration_cast<seconds>(s.leeway);
+  app->issuer_ = std::make_unique<Issuer>(
+      *app->keys_, *app->policy_store_, clock, *app->metrics_,
+      Issuer::Options{.issuer = s.issuer_url, .default_algorithm = alg, .leeway = leeway});
+  app->reviewer_ =
+      std::make_unique<Reviewer>(*app->keys_, clock, *app->metrics_,
+                                 Reviewer::Options{.issuer = s.issuer_url, .leeway = leeway});
+  app->exchanger_ = std::make_unique<Exchanger>(*app->reviewer_, *app->issuer_, *app->policy_store_,
+                                                clock, *app->metrics_);
+  WISP_ASSIGN_OR_RETURN(
+      bus::Service * micro,
+      process.RegisterService("signing keys, JWKS, bound tokens, STS exchange, review"));
+  app->service_ = std::make_unique<TokenService>(
+      *micro, process.bus(), *app->keys_, *app->issuer_, *app->reviewer_, *app->exchanger_,
+      TokenService::Options{
+          .issuer = s.issuer_url,
+          .jwks_uri = s.jwks_uri,
+          .tick_interval = std::min<std::chrono::milliseconds>(seconds(10), s.rotation / 4)});
+  WISP_RETURN_IF_ERROR(app->service_->Start());
+  *app->serving_ = true;
+  return app;
+}
+
+TokenApp::~TokenApp() { Stop(); }
+
+void TokenApp::Reload() {
+  if (!policy_file_.empty() && watcher_) (void)watcher_->Reload("SIGHUP");
+}
+
+void TokenApp::Stop() {
+  if (service_) service_->Stop();
+  if (watcher_) watcher_->Stop();
+}
+
+}  // namespace wisp::token
