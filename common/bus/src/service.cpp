@@ -314,7 +314,9 @@ std::vector<json> Parse(const absl::StatusOr<std::vector<Message>>& replies,
 
 absl::StatusOr<std::vector<ServiceInstance>> Discover(Bus& bus, std::chrono::milliseconds timeout,
                                                       std::string_view name) {
-  const std::string suffix = name.empty() ? std::string() : "." + std::string(name);
+  // append, not "." + std::string(name): GCC 12 at -O3 reports a false -Werror=restrict on the
+  // inlined operator+ ("'__builtin_memcpy' ... may overlap").
+  const std::string suffix = name.empty() ? std::string() : std::string(".").append(name);
   auto ask = [&](std::string_view verb) {
     return std::async(std::launch::async, [&bus, subject = std::string(verb) + suffix, timeout] {
       return bus.RequestMany(subject, "", timeout);
