@@ -11,6 +11,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "admission/admission_review.hpp"
 #include "wisp/integration/stack.hpp"
 
 namespace wisp::integration {
@@ -18,37 +19,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Json = nlohmann::json;
-
-std::string Dir() { return SourceDir() + "/integration/admission"; }
-
-Json Manifest(const std::string& name) {
-  auto r = RunCommand(
-      "/usr/bin/python3 -c 'import json,sys,yaml; "
-      "print(json.dumps(yaml.safe_load(sys.stdin)))' < " +
-      Dir() + "/manifests/" + name + " 2>&1");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return Json::parse(r.output);
-}
-
-std::string Review(const Json& object, const std::string& uid,
-                   const std::string& operation = "CREATE") {
-  std::string api = object.value("apiVersion", "");
-  auto slash = api.find('/');
-  std::string group = slash == std::string::npos ? "" : api.substr(0, slash);
-  std::string version = slash == std::string::npos ? api : api.substr(slash + 1);
-  Json review = {{"apiVersion", "admission.k8s.io/v1"},
-                 {"kind", "AdmissionReview"},
-                 {"request",
-                  {{"uid", uid},
-                   {"kind", {{"group", group}, {"version", version}, {"kind", object["kind"]}}},
-                   {"operation", operation},
-                   {"namespace", object["metadata"].value("namespace", "default")},
-                   {"name", object["metadata"].value("name", "")},
-                   {"userInfo", {{"username", "kubernetes-admin"}, {"groups", {"system:masters"}}}},
-                   {"object", object},
-                   {"dryRun", false}}}};
-  return review.dump();
-}
 
 class AdmissionTest : public ::testing::Test {
  protected:
@@ -70,8 +40,9 @@ class AdmissionTest : public ::testing::Test {
 
   // POSTs the object's AdmissionReview; checks the envelope and returns response.
   Json Admit(const std::string& webhook, const Json& object, const std::string& uid) {
-    auto resp = stack_->Https("POST", "/" + webhook + "?timeout=5s", Review(object, uid),
-                              {{"Content-Type", "application/json"}});
+    auto resp =
+        stack_->Https("POST", "/" + webhook + "?timeout=5s", AdmissionReviewFor(object, uid),
+                      {{"Content-Type", "application/json"}});
     EXPECT_TRUE(resp.ok()) << resp.status();
     if (!resp.ok()) return Json();
     EXPECT_EQ(resp->status, 200) << resp->body;
@@ -85,18 +56,14 @@ class AdmissionTest : public ::testing::Test {
 
   // Applies the last answer's patch to `object` with python3-jsonpatch.
   Json ApplyIndependently(const Json& object) {
-    const std::string in = stack_->dir() + "/apply-in.json";
-    std::ofstream(in) << Json{{"object", object}, {"review", last_review_}}.dump();
-    auto r = RunCommand("/usr/bin/python3 " + Dir() + "/apply_patch.py < " + in + " 2>&1");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return r.exit_code == 0 ? Json::parse(r.output) : Json();
+    return ApplyPatchIndependently(object, last_review_, stack_->dir() + "/apply-in.json");
   }
 
   // Schema check of a core/v1 object with kubernetes-models.
   std::string Validate(const Json& object) {
     const std::string in = stack_->dir() + "/validate-in.json";
     std::ofstream(in) << object.dump();
-    auto r = RunCommand("node " + Dir() + "/validate_k8s.mjs < " + in + " 2>&1");
+    auto r = RunCommand("node " + AdmissionManifestDir() + "/validate_k8s.mjs < " + in + " 2>&1");
     return r.exit_code == 0 ? "ok" : r.output;
   }
 
@@ -121,7 +88,7 @@ const Json* Named(const Json& list, const std::string& name) {
 // Tests scenario 1: the hostNetwork loader gets the sidecar and the projected token, the patched
 // pod is a valid Pod, passes /validate, and a reinvocation adds nothing.
 TEST_F(AdmissionTest, HostNetworkPodGetsSidecarAndToken) {
-  Json pod = Manifest("loader-pod.yaml");
+  Json pod = LoadManifest("loader-pod.yaml");
   Json resp = Admit("mutate", pod, "it-pod-1");
   ASSERT_EQ(resp["allowed"], true) << resp.dump();
   ASSERT_EQ(resp["patchType"], "JSONPatch");
@@ -150,7 +117,7 @@ TEST_F(AdmissionTest, HostNetworkPodGetsSidecarAndToken) {
 
 // Tests scenario 1 step 4: without hostNetwork nothing changes and a warning says why.
 TEST_F(AdmissionTest, PodNetworkPodIsLeftAlone) {
-  Json resp = Admit("mutate", Manifest("loader-pod-no-hostnetwork.yaml"), "it-pod-4");
+  Json resp = Admit("mutate", LoadManifest("loader-pod-no-hostnetwork.yaml"), "it-pod-4");
   EXPECT_EQ(resp["allowed"], true);
   EXPECT_FALSE(resp.contains("patch"));
   ASSERT_EQ(resp["warnings"].size(), 1u);
@@ -161,15 +128,15 @@ TEST_F(AdmissionTest, PodNetworkPodIsLeftAlone) {
 // Tests scenario 2: the IRSA VMI is accepted, a 300 s one refused with Kubernetes' message, and the
 // virt-launcher pod gets the projected token and the virtiofs container.
 TEST_F(AdmissionTest, VmiTokenVolumeReachesLauncherPod) {
-  Json ok = Admit("validate", Manifest("vmi-irsa.yaml"), "it-vmi-1");
+  Json ok = Admit("validate", LoadManifest("vmi-irsa.yaml"), "it-vmi-1");
   EXPECT_EQ(ok["allowed"], true) << ok.dump();
-  Json denied = Admit("validate", Manifest("vmi-short-lifetime.yaml"), "it-vmi-2");
+  Json denied = Admit("validate", LoadManifest("vmi-short-lifetime.yaml"), "it-vmi-2");
   EXPECT_EQ(denied["allowed"], false);
   EXPECT_EQ(denied["status"]["message"],
             "spec.volumes[0].projected.sources[0].serviceAccountToken.expirationSeconds: Invalid "
             "value: 300: may not specify a duration less than 10 minutes");
 
-  Json launcher = Manifest("virt-launcher-pod.yaml");
+  Json launcher = LoadManifest("virt-launcher-pod.yaml");
   Json resp = Admit("mutate", launcher, "it-vmi-3");
   ASSERT_EQ(resp["allowed"], true);
   Json out = ApplyIndependently(launcher);
@@ -188,17 +155,18 @@ TEST_F(AdmissionTest, VmiTokenVolumeReachesLauncherPod) {
 // Tests scenario 3's admission side: CDI's DataVolume rules, and a PVC that names a
 // VolumeImportSource only after that source was admitted.
 TEST_F(AdmissionTest, DataVolumesAndImportSources) {
-  EXPECT_EQ(Admit("validate", Manifest("datavolume-http.yaml"), "it-dv-1")["allowed"], true);
-  Json cross = Admit("validate", Manifest("datavolume-cross-namespace.yaml"), "it-dv-2");
+  EXPECT_EQ(Admit("validate", LoadManifest("datavolume-http.yaml"), "it-dv-1")["allowed"], true);
+  Json cross = Admit("validate", LoadManifest("datavolume-cross-namespace.yaml"), "it-dv-2");
   EXPECT_EQ(cross["allowed"], false);
   EXPECT_EQ(cross["status"]["message"], "Invalid value: DataSourceRef namespace not supported");
 
-  Json pvc = Manifest("pvc-import.yaml");
+  Json pvc = LoadManifest("pvc-import.yaml");
   EXPECT_EQ(Validate(pvc), "ok");
   Json early = Admit("validate", pvc, "it-pvc-1");
   EXPECT_EQ(early["allowed"], false);
   EXPECT_NE(early["status"]["message"].get<std::string>().find("\"cirros\""), std::string::npos);
-  EXPECT_EQ(Admit("validate", Manifest("volumeimportsource.yaml"), "it-vis-1")["allowed"], true);
+  EXPECT_EQ(Admit("validate", LoadManifest("volumeimportsource.yaml"), "it-vis-1")["allowed"],
+            true);
   Json late = Admit("validate", pvc, "it-pvc-2");
   EXPECT_EQ(late["allowed"], true) << late.dump();
   EXPECT_EQ(late["auditAnnotations"]["population-record"], "vms.PersistentVolumeClaim.vm-disk");
@@ -208,14 +176,14 @@ TEST_F(AdmissionTest, DataVolumesAndImportSources) {
 // refused, and its launcher pod (with the token volume another webhook injected) gets a virtiofs
 // container on that volume, with pinned resources for the VMI's dedicated CPUs.
 TEST_F(AdmissionTest, ContainerPathVolumeReachesLauncherPod) {
-  Json ok = Admit("validate", Manifest("vmi-containerpath.yaml"), "it-cp-1");
+  Json ok = Admit("validate", LoadManifest("vmi-containerpath.yaml"), "it-cp-1");
   EXPECT_EQ(ok["allowed"], true) << ok.dump();
-  Json reserved = Admit("validate", Manifest("vmi-containerpath-reserved.yaml"), "it-cp-2");
+  Json reserved = Admit("validate", LoadManifest("vmi-containerpath-reserved.yaml"), "it-cp-2");
   EXPECT_EQ(reserved["allowed"], false);
   EXPECT_EQ(reserved["status"]["message"],
             "ContainerPath volume 'libvirt' uses reserved path prefix '/var/run/libvirt'");
 
-  Json launcher = Manifest("virt-launcher-pod-containerpath.yaml");
+  Json launcher = LoadManifest("virt-launcher-pod-containerpath.yaml");
   Json resp = Admit("mutate", launcher, "it-cp-3");
   ASSERT_EQ(resp["allowed"], true) << resp.dump();
   Json out = ApplyIndependently(launcher);
@@ -234,8 +202,8 @@ TEST_F(AdmissionTest, ContainerPathVolumeReachesLauncherPod) {
 // Tests CDI's destination-PVC rule across two admissions: the PVC admitted first blocks a
 // DataVolume of its name.
 TEST_F(AdmissionTest, DataVolumeOverExistingPvcIsRefused) {
-  EXPECT_EQ(Admit("validate", Manifest("pvc-existing.yaml"), "it-dvp-1")["allowed"], true);
-  Json dv = Admit("validate", Manifest("datavolume-existing-pvc.yaml"), "it-dvp-2");
+  EXPECT_EQ(Admit("validate", LoadManifest("pvc-existing.yaml"), "it-dvp-1")["allowed"], true);
+  Json dv = Admit("validate", LoadManifest("datavolume-existing-pvc.yaml"), "it-dvp-2");
   EXPECT_EQ(dv["allowed"], false);
   EXPECT_EQ(dv["status"]["message"], "Destination PVC vms/scratch already exists");
 }
@@ -243,7 +211,7 @@ TEST_F(AdmissionTest, DataVolumeOverExistingPvcIsRefused) {
 // Tests the privately hosted sidecar image: the declared wisp-sidecar is replaced by the injected
 // one, which keeps its image.
 TEST_F(AdmissionTest, UserDeclaredSidecarImage) {
-  Json pod = Manifest("pod-custom-sidecar-image.yaml");
+  Json pod = LoadManifest("pod-custom-sidecar-image.yaml");
   Json resp = Admit("mutate", pod, "it-img-1");
   ASSERT_EQ(resp["allowed"], true) << resp.dump();
   Json out = ApplyIndependently(pod);
@@ -257,7 +225,7 @@ TEST_F(AdmissionTest, UserDeclaredSidecarImage) {
 // Tests SIGHUP: a new policy file takes effect without a restart, and a broken one is refused
 // while the policy in force keeps answering.
 TEST_F(AdmissionTest, PolicyReloadsOnSighup) {
-  Json vmi = Manifest("vmi-irsa.yaml");
+  Json vmi = LoadManifest("vmi-irsa.yaml");
   vmi["metadata"]["name"] = "reload-vm";
   vmi["spec"]["volumes"][2]["serviceAccount"]["serviceAccountToken"]["audience"] = "reloaded";
   ASSERT_EQ(Admit("validate", vmi, "it-reload-1")["allowed"], false);
@@ -291,8 +259,9 @@ TEST_F(AdmissionTest, PolicyReloadsOnSighup) {
 
 // Tests that malformed requests get 400 naming the problem.
 TEST_F(AdmissionTest, BadRequestsGet400) {
-  auto wrong_type = stack_->Https("POST", "/mutate", Review(Manifest("loader-pod.yaml"), "x"),
-                                  {{"Content-Type", "text/plain"}});
+  auto wrong_type =
+      stack_->Https("POST", "/mutate", AdmissionReviewFor(LoadManifest("loader-pod.yaml"), "x"),
+                    {{"Content-Type", "text/plain"}});
   ASSERT_TRUE(wrong_type.ok());
   EXPECT_EQ(wrong_type->status, 400);
   EXPECT_NE(wrong_type->body.find("is not application/json"), std::string::npos);
@@ -302,8 +271,8 @@ TEST_F(AdmissionTest, BadRequestsGet400) {
   EXPECT_EQ(bad_json->status, 400);
   EXPECT_NE(bad_json->body.find("body is not valid JSON"), std::string::npos);
   Json deploy = {{"apiVersion", "apps/v1"}, {"kind", "Deployment"}, {"metadata", {{"name", "d"}}}};
-  auto unknown =
-      stack_->Https("POST", "/mutate", Review(deploy, "y"), {{"Content-Type", "application/json"}});
+  auto unknown = stack_->Https("POST", "/mutate", AdmissionReviewFor(deploy, "y"),
+                               {{"Content-Type", "application/json"}});
   ASSERT_TRUE(unknown.ok());
   EXPECT_EQ(unknown->status, 400);
   EXPECT_NE(unknown->body.find("is not admitted by wisp"), std::string::npos);
@@ -313,7 +282,7 @@ TEST_F(AdmissionTest, BadRequestsGet400) {
 TEST_F(AdmissionTest, FailsClosedWithoutPolicy) {
   stack_->Kill("wisp-policy");
   auto start = std::chrono::steady_clock::now();
-  Json resp = Admit("mutate", Manifest("loader-pod.yaml"), "it-down-1");
+  Json resp = Admit("mutate", LoadManifest("loader-pod.yaml"), "it-down-1");
   auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(resp["allowed"], false);
   EXPECT_EQ(resp["status"]["message"].get<std::string>().rfind("wisp policy unavailable: ", 0), 0u)
