@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread exists
 
   std::string socket = "/run/wisp/token.sock", token_file = "/var/run/secrets/wisp/token";
-  std::string sts_url, ca_file, audience, scope, metrics_address, log_level = "info",
+  std::string sts_url, ca_file, ca_pem, audience, scope, metrics_address, log_level = "info",
                                                                   log_format = "text";
   config::Flags flags("wisp-sidecar", "per-pod token-url server on a unix socket");
   flags.Description(
@@ -30,12 +30,16 @@ int main(int argc, char** argv) {
       "\"token_type\", \"expiry\"}: the projected token exchanged at wisp's STS, "
       "cached until 80% of its lifetime.");
   flags.String("socket", &socket,
-               "Unix socket to listen on (a stale socket is removed; mode 0660).");
+               "Unix socket to listen on (a stale socket is removed; mode 0666: the app "
+               "containers of the pod run as other users, and only they mount its directory).");
   flags.String("token-file", &token_file, "The projected service-account token file.");
   flags.String("sts-url", &sts_url, "wisp's STS endpoint, https://<gateway>/v1/token.");
   flags.String(
       "ca-file", &ca_file,
       "PEM CA bundle that verifies the gateway's certificate; empty = the system trust store.");
+  flags.String("ca-pem", &ca_pem,
+               "The PEM CA bundle itself (public; wisp-policy passes $(WISP_STS_CA_PEM)), instead "
+               "of --ca-file.");
   flags.String("audience", &audience, "The audience to ask the STS for.");
   flags.String("scope", &scope, "Space-separated scopes to ask the STS for.");
   flags.String("metrics-address", &metrics_address,
@@ -52,7 +56,7 @@ int main(int argc, char** argv) {
     return fail(st);
   }
   auto sts = sidecar::HttpStsClient::Create(
-      {.url = sts_url, .ca_file = ca_file, .audience = audience, .scope = scope});
+      {.url = sts_url, .ca_file = ca_file, .ca_pem = ca_pem, .audience = audience, .scope = scope});
   if (!sts.ok()) return fail(sts.status());
   sidecar::SidecarMetrics counters(metrics::Registry());
   metrics::Endpoint endpoint(metrics::SharedRegistry(), "wisp-sidecar");
@@ -66,7 +70,7 @@ int main(int argc, char** argv) {
   sidecar::TokenFile file(token_file);
   sidecar::TokenServer tokens(file, **sts, SystemClock::Instance(), 0.8, &counters);
   auto server = http::Server::Create({.unix_socket = socket,
-                                      .socket_mode = 0660,
+                                      .socket_mode = 0666,
                                       .threads = 4,
                                       .read_timeout = std::chrono::seconds(10),
                                       .name = "token-url"});
