@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
 
   std::string socket = "/run/wisp/token.sock", token_file = "/var/run/secrets/wisp/token";
   std::string sts_url, ca_file, ca_pem, audience, scope, metrics_address, log_level = "info",
-                                                                  log_format = "text";
+                                                                          log_format = "text";
   config::Flags flags("wisp-sidecar", "per-pod token-url server on a unix socket");
   flags.Description(
       "Answers every HTTP request on the socket with {\"access_token\", "

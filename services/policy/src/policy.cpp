@@ -131,9 +131,10 @@ absl::Status Parse(const YAML::Node& root, Policy& p) {
     return Bad("maxTokenLifetime", "must be at least 10m (Kubernetes' minimum token lifetime)");
   }
   if (const auto ts = root["tokenSidecar"]) {
-    WISP_RETURN_IF_ERROR(CheckKeys(ts, "tokenSidecar",
-                                   {"image", "stsUrl", "stsCaFile", "nativeSidecar", "tokenVolumeFor",
-                                    "audience", "expirationSeconds", "resources", "metricsPort"}));
+    WISP_RETURN_IF_ERROR(
+        CheckKeys(ts, "tokenSidecar",
+                  {"image", "stsUrl", "stsCaFile", "nativeSidecar", "tokenVolumeFor", "audience",
+                   "expirationSeconds", "resources", "metricsPort"}));
     WISP_RETURN_IF_ERROR(ReadString(ts["image"], "tokenSidecar.image", &p.sidecar_image));
     if (p.sidecar_image.empty()) return Bad("tokenSidecar.image", "must not be empty");
     WISP_RETURN_IF_ERROR(ReadString(ts["stsUrl"], "tokenSidecar.stsUrl", &p.sidecar_sts_url));

@@ -156,8 +156,10 @@ TEST(TokenSidecarTest, StsCaFromPolicyFile) {
     std::ofstream(ca) << pem;
     std::ofstream(dir + "/not-pem.txt") << "hello";
   }
-  auto policy = ParsePolicyYaml("tokenSidecar: {stsUrl: https://gw.wisp.svc/v1/token, "
-                                "stsCaFile: " + ca + ", nativeSidecar: \"off\"}");
+  auto policy = ParsePolicyYaml(
+      "tokenSidecar: {stsUrl: https://gw.wisp.svc/v1/token, "
+      "stsCaFile: " +
+      ca + ", nativeSidecar: \"off\"}");
   ASSERT_TRUE(policy.ok()) << policy.status();
   auto in = Pod(LoaderPod(true), "ml", "1.30");
   Verdict v = EvaluateTokenSidecar(in, *policy);
