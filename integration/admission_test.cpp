@@ -133,7 +133,7 @@ TEST_F(AdmissionTest, VmiTokenVolumeReachesLauncherPod) {
   Json denied = Admit("validate", LoadManifest("vmi-short-lifetime.yaml"), "it-vmi-2");
   EXPECT_EQ(denied["allowed"], false);
   EXPECT_EQ(denied["status"]["message"],
-            "spec.volumes[0].projected.sources[0].serviceAccountToken.expirationSeconds: Invalid "
+            "spec.volumes[0].serviceAccount.serviceAccountToken.expirationSeconds: Invalid "
             "value: 300: may not specify a duration less than 10 minutes");
 
   Json launcher = LoadManifest("virt-launcher-pod.yaml");

@@ -1,7 +1,7 @@
 # Deploy checks (label lint): scripts/check-deploy runs helm, kubernetes-models, docker-compose,
 # promtool and nats-server against deploy/, Dockerfile and docker-compose.yml. The flags check
 # runs each binary of this build with --help. Included from integration/CMakeLists.txt.
-foreach(check chart compose flags rules metric-names dockerfile)
+foreach(check chart compose flags rules metric-names dockerfile k8s-objects)
   add_test(NAME deploy_${check}
            COMMAND ${CMAKE_SOURCE_DIR}/scripts/check-deploy --build-dir ${CMAKE_BINARY_DIR} ${check}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

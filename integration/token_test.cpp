@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <sstream>
 #include <set>
 #include <thread>
 
@@ -494,17 +495,22 @@ TEST_F(TokenInteropTest, SidecarEndToEndWithKubeletSwap) {
   Project(proj, 1, Issue("", {"wisp-sts"}, "intruder").token());
   const std::string socket = dir_->path() + "/token.sock";
   const int sidecar_metrics = FreePort();
+  std::stringstream ca_text;
+  ca_text << std::ifstream(dir_->path() + "/ca.pem").rdbuf();
+  const std::string ca_pem = ca_text.str();
   auto sidecar = Process::Start(
       {.path = BinaryPath("wisp-sidecar"),
        .args = {"--socket", socket, "--token-file", (proj / "token").string(), "--sts-url",
-                "https://localhost:" + std::to_string(https_port_) + "/v1/token", "--ca-file",
-                dir_->path() + "/ca.pem", "--audience", "storage.wisp.dev", "--scope", kScope,
+                "https://localhost:" + std::to_string(https_port_) + "/v1/token",
+                // The CA as wisp-policy injects it: the PEM text ($(WISP_STS_CA_PEM)).
+                "--ca-pem", ca_pem, "--audience", "storage.wisp.dev", "--scope", kScope,
                 "--metrics-address", "127.0.0.1:" + std::to_string(sidecar_metrics)}});
   ASSERT_TRUE(sidecar.ok()) << sidecar.status();
   ASSERT_TRUE((*sidecar)->WaitForLog("serving tokens", seconds(10)).ok()) << (*sidecar)->Log();
+  // 0666: app containers run as users other than the sidecar's 65534.
   EXPECT_EQ(fs::status(socket).permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                fs::perms::group_write);
+                fs::perms::group_write | fs::perms::others_read | fs::perms::others_write);
   const auto get = [&] {
     return RunCommand("curl -sS -w ' %{http_code}' --unix-socket " + socket + " http://x/ 2>&1")
         .output;

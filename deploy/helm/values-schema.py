@@ -23,7 +23,8 @@ tol=A(free)
 rule=O({"apiGroups":A(S()),"apiVersions":A(S()),"resources":A(S()),"operations":A(S(enum=["CREATE","UPDATE","DELETE","CONNECT","*"])),"scope":S(enum=["Cluster","Namespaced","*"])},["apiGroups","apiVersions","resources","operations"])
 hook=O({"name":S(pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),"rules":A(rule,minItems=1),
         "failurePolicy":S(enum=["Fail","Ignore"]),"timeoutSeconds":I(minimum=1,maximum=30),
-        "reinvocationPolicy":S(enum=["Never","IfNeeded"]),"objectSelector":free},["name","rules"])
+        "reinvocationPolicy":S(enum=["Never","IfNeeded"]),"objectSelector":free,
+        "matchConditions":A(O({"name":S(pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),"expression":S(minLength=1)},["name","expression"]),maxItems=64)},["name","rules"])
 schema={
  "$schema":"https://json-schema.org/draft-07/schema#",
  "title":"wisp Helm chart values",

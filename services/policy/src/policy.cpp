@@ -131,12 +131,24 @@ absl::Status Parse(const YAML::Node& root, Policy& p) {
     return Bad("maxTokenLifetime", "must be at least 10m (Kubernetes' minimum token lifetime)");
   }
   if (const auto ts = root["tokenSidecar"]) {
-    WISP_RETURN_IF_ERROR(CheckKeys(ts, "tokenSidecar",
-                                   {"image", "stsUrl", "nativeSidecar", "tokenVolumeFor",
-                                    "audience", "expirationSeconds", "resources", "metricsPort"}));
+    WISP_RETURN_IF_ERROR(
+        CheckKeys(ts, "tokenSidecar",
+                  {"image", "stsUrl", "stsCaFile", "nativeSidecar", "tokenVolumeFor", "audience",
+                   "expirationSeconds", "resources", "metricsPort"}));
     WISP_RETURN_IF_ERROR(ReadString(ts["image"], "tokenSidecar.image", &p.sidecar_image));
     if (p.sidecar_image.empty()) return Bad("tokenSidecar.image", "must not be empty");
     WISP_RETURN_IF_ERROR(ReadString(ts["stsUrl"], "tokenSidecar.stsUrl", &p.sidecar_sts_url));
+    std::string ca_file;
+    WISP_RETURN_IF_ERROR(ReadString(ts["stsCaFile"], "tokenSidecar.stsCaFile", &ca_file));
+    if (!ca_file.empty()) {
+      std::ifstream ca(ca_file);
+      std::stringstream pem;
+      pem << ca.rdbuf();
+      p.sidecar_sts_ca_pem = pem.str();
+      if (!ca || p.sidecar_sts_ca_pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+        return Bad("tokenSidecar.stsCaFile", "\"" + ca_file + "\" is not a readable PEM CA bundle");
+      }
+    }
     WISP_RETURN_IF_ERROR(ReadString(ts["audience"], "tokenSidecar.audience", &p.token_audience));
     if (const auto mode = ts["nativeSidecar"]) {
       std::string v = Scalar(mode);

@@ -287,6 +287,8 @@ void WriteSidecar(k8s::JsonWriter& w, const Sidecar& s, const Policy& policy) {
   w.Key("name").String(kSidecarName);
   w.Key("image").String(s.image);
   w.Key("imagePullPolicy").String("IfNotPresent");
+  // The binary by name: the image's entrypoint (wisp's image has none) is not relied upon.
+  w.Key("command").BeginArray().String("wisp-sidecar").EndArray();
   // Exactly wisp-sidecar's flags: the STS audience is the token volume's audience (the wisp
   // volume's identityProvider, else the policy's), as GCSFuse's sidecar asks its STS.
   w.Key("args").BeginArray();
@@ -294,6 +296,7 @@ void WriteSidecar(k8s::JsonWriter& w, const Sidecar& s, const Policy& policy) {
   w.String(std::string("--token-file=").append(kTokenDir).append("/token"));
   w.String("--audience=" + s.audience);
   if (!policy.sidecar_sts_url.empty()) w.String("--sts-url=" + policy.sidecar_sts_url);
+  if (!policy.sidecar_sts_ca_pem.empty()) w.String("--ca-pem=$(WISP_STS_CA_PEM)");
   if (policy.sidecar_metrics_port > 0) {
     w.String("--metrics-address=0.0.0.0:" + std::to_string(policy.sidecar_metrics_port));
   }
@@ -305,12 +308,18 @@ void WriteSidecar(k8s::JsonWriter& w, const Sidecar& s, const Policy& policy) {
     w.Key("protocol").String("TCP");
     w.EndObject().EndArray();
   }
-  if (s.native) {
-    w.Key("env").BeginArray().BeginObject();
-    w.Key("name").String("NATIVE_SIDECAR").Key("value").String("TRUE");
-    w.EndObject().EndArray();
-    w.Key("restartPolicy").String("Always");
+  if (s.native || !policy.sidecar_sts_ca_pem.empty()) {
+    w.Key("env").BeginArray();
+    if (s.native) {
+      w.BeginObject().Key("name").String("NATIVE_SIDECAR").Key("value").String("TRUE").EndObject();
+    }
+    if (!policy.sidecar_sts_ca_pem.empty()) {
+      w.BeginObject().Key("name").String("WISP_STS_CA_PEM");
+      w.Key("value").String(policy.sidecar_sts_ca_pem).EndObject();
+    }
+    w.EndArray();
   }
+  if (s.native) w.Key("restartPolicy").String("Always");
   if (!s.resources.requests.empty() || !s.resources.limits.empty()) {
     w.Key("resources").BeginObject();
     for (const auto* part : {&s.resources.requests, &s.resources.limits}) {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "wisp/policy/rules.hpp"
 #include "test_util.hpp"
 #include "wisp/k8s/objects.hpp"
@@ -36,6 +38,7 @@ TEST(TokenSidecarTest, InjectsIntoHostNetworkPodAndIsReinvocationSafe) {
 
   Json expected_sidecar = Json::parse(R"({
     "name":"wisp-sidecar","image":"ghcr.io/wisp-dev/wisp-sidecar:0.1.0","imagePullPolicy":"IfNotPresent",
+    "command":["wisp-sidecar"],
     "args":["--socket=/var/run/wisp/token.sock","--token-file=/var/run/wisp-sa-token/token",
             "--audience=wisp"],
     "env":[{"name":"NATIVE_SIDECAR","value":"TRUE"}],
@@ -141,6 +144,44 @@ TEST(TokenSidecarTest, MetricsPort) {
   EXPECT_EQ(sidecar["ports"], Json::parse(R"([{"name":"wisp-metrics","containerPort":9095,
                                                 "protocol":"TCP"}])"));
   EXPECT_TRUE(EvaluateTokenSidecar(Rerun(in, out), policy).patch.empty());
+}
+
+// Tests that the STS CA named by tokenSidecar.stsCaFile reaches the sidecar (env plus --ca-pem),
+// for a classic sidecar too, and that an unreadable or non-PEM file is refused naming the key.
+TEST(TokenSidecarTest, StsCaFromPolicyFile) {
+  const std::string dir = ::testing::TempDir();
+  const std::string ca = dir + "/sts-ca.pem";
+  const std::string pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  {
+    std::ofstream(ca) << pem;
+    std::ofstream(dir + "/not-pem.txt") << "hello";
+  }
+  auto policy = ParsePolicyYaml(
+      "tokenSidecar: {stsUrl: https://gw.wisp.svc/v1/token, "
+      "stsCaFile: " +
+      ca + ", nativeSidecar: \"off\"}");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  auto in = Pod(LoaderPod(true), "ml", "1.30");
+  Verdict v = EvaluateTokenSidecar(in, *policy);
+  ASSERT_TRUE(v.allowed) << v.message;
+  Json out = Apply(in, v);
+  const Json& sidecar = out["spec"]["containers"][0];
+  ASSERT_EQ(sidecar["name"], "wisp-sidecar");
+  EXPECT_EQ(sidecar["command"], Json::parse(R"(["wisp-sidecar"])"));
+  EXPECT_EQ(sidecar["args"][3], "--sts-url=https://gw.wisp.svc/v1/token");
+  EXPECT_EQ(sidecar["args"][4], "--ca-pem=$(WISP_STS_CA_PEM)");
+  EXPECT_EQ(sidecar["env"], Json::parse(R"([{"name":"WISP_STS_CA_PEM","value":")" +
+                                        std::string("-----BEGIN CERTIFICATE-----\\nMIIB\\n"
+                                                    "-----END CERTIFICATE-----\\n") +
+                                        R"("}])"));
+  EXPECT_TRUE(EvaluateTokenSidecar(Rerun(in, out), *policy).patch.empty());
+
+  for (const std::string& bad : {dir + "/absent.pem", dir + "/not-pem.txt"}) {
+    auto refused = ParsePolicyYaml("tokenSidecar: {stsCaFile: " + bad + "}");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("tokenSidecar.stsCaFile"), std::string::npos)
+        << refused.status();
+  }
 }
 
 // Tests where the sidecar goes for each server version, mode and annotation.

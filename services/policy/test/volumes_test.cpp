@@ -16,7 +16,7 @@ Json GoldenDv() {
     "metadata":{"name":"cirros","namespace":"vms","uid":"dv-uid"},
     "spec":{"source":{"http":{"url":"https://mirror.example/cirros.qcow2.xz"}},
             "pvc":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"10Gi"}},
-                   "storageClassName":"wisp"}}})");
+                   "storageClassName":"wisp-populated"}}})");
 }
 
 AdmissionInput Dv(const Json& dv, const std::string& op = "CREATE") {
@@ -35,7 +35,7 @@ TEST(DataVolumeTest, AllowsAndRecordsHttpImport) {
   EXPECT_EQ(r.kind(), "DataVolume");
   EXPECT_EQ(r.source().http().url(), "https://mirror.example/cirros.qcow2.xz");
   EXPECT_EQ(r.capacity_bytes(), 10737418240LL);
-  EXPECT_EQ(r.storage_class_name(), "wisp");
+  EXPECT_EQ(r.storage_class_name(), "wisp-populated");
   EXPECT_EQ(r.access_modes(0), "ReadWriteOnce");
   EXPECT_EQ(r.content_type(), "kubevirt");
   // UPDATE validates but does not re-record.

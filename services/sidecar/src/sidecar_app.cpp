@@ -11,12 +11,16 @@ void AddSidecarFlags(config::Flags& flags, SidecarSettings& s) {
       "\"token_type\", \"expiry\"}: the projected token exchanged at wisp's STS, "
       "cached until 80% of its lifetime.");
   flags.String("socket", &s.socket,
-               "Unix socket to listen on (a stale socket is removed; mode 0660).");
+               "Unix socket to listen on (a stale socket is removed; mode 0666: the app "
+               "containers of the pod run as other users, and only they mount its directory).");
   flags.String("token-file", &s.token_file, "The projected service-account token file.");
   flags.String("sts-url", &s.sts_url, "wisp's STS endpoint, https://<gateway>/v1/token.");
   flags.String(
       "ca-file", &s.ca_file,
       "PEM CA bundle that verifies the gateway's certificate; empty = the system trust store.");
+  flags.String("ca-pem", &s.ca_pem,
+               "The PEM CA bundle itself (public; wisp-policy passes $(WISP_STS_CA_PEM)), instead "
+               "of --ca-file.");
   flags.String("audience", &s.audience, "The audience to ask the STS for.");
   flags.String("scope", &s.scope, "Space-separated scopes to ask the STS for.");
   flags.String("metrics-address", &s.metrics_address,
@@ -26,7 +30,7 @@ void AddSidecarFlags(config::Flags& flags, SidecarSettings& s) {
 }
 
 StsOptions StsOptionsFrom(const SidecarSettings& s) {
-  return {.url = s.sts_url, .ca_file = s.ca_file, .audience = s.audience, .scope = s.scope};
+  return {.url = s.sts_url, .ca_file = s.ca_file, .ca_pem = s.ca_pem, .audience = s.audience, .scope = s.scope};
 }
 
 absl::Status InitLogging(const SidecarSettings& s) {
@@ -48,7 +52,7 @@ absl::StatusOr<std::unique_ptr<SidecarApp>> SidecarApp::Start(const SidecarSetti
                                                0.8, app->counters_.get());
   WISP_ASSIGN_OR_RETURN(app->server_,
                         http::Server::Create({.unix_socket = s.socket,
-                                              .socket_mode = 0660,
+                                              .socket_mode = 0666,
                                               .threads = 4,
                                               .read_timeout = std::chrono::seconds(10),
                                               .name = "token-url"}));

@@ -35,6 +35,7 @@ struct SidecarSettings {
   std::string token_file = "/var/run/secrets/wisp/token";
   std::string sts_url;
   std::string ca_file;
+  std::string ca_pem;  // the bundle's text instead of ca_file (public, not a secret)
   std::string audience;
   std::string scope;
   std::string metrics_address;

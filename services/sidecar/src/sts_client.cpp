@@ -49,6 +49,13 @@ absl::StatusOr<std::unique_ptr<HttpStsClient>> HttpStsClient::Create(StsOptions 
   if (!options.ca_file.empty() && !std::ifstream(options.ca_file)) {
     return absl::InvalidArgumentError("ca-file: cannot read \"" + options.ca_file + "\"");
   }
+  if (!options.ca_file.empty() && !options.ca_pem.empty()) {
+    return absl::InvalidArgumentError("ca-file and ca-pem: give one of them, not both");
+  }
+  if (!options.ca_pem.empty() &&
+      options.ca_pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+    return absl::InvalidArgumentError("ca-pem: not a PEM certificate bundle");
+  }
   if (options.audience.empty()) return absl::InvalidArgumentError("audience: required");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
@@ -57,8 +64,11 @@ absl::StatusOr<std::unique_ptr<HttpStsClient>> HttpStsClient::Create(StsOptions 
     config.set_timeout(options.timeout);
     config.set_validate_certificates(true);
     const std::string ca = options.ca_file;
-    config.set_ssl_context_callback([ca](boost::asio::ssl::context& ctx) {
-      if (ca.empty()) {
+    const std::string pem = options.ca_pem;
+    config.set_ssl_context_callback([ca, pem](boost::asio::ssl::context& ctx) {
+      if (!pem.empty()) {
+        ctx.add_certificate_authority(boost::asio::buffer(pem));
+      } else if (ca.empty()) {
         ctx.set_default_verify_paths();
       } else {
         ctx.load_verify_file(ca);

@@ -35,6 +35,7 @@ class StsClient {
 struct StsOptions {
   std::string url;      // https://host:port/v1/token
   std::string ca_file;  // PEM CA bundle that signed the gateway's certificate
+  std::string ca_pem;   // or the bundle's text (wisp-policy injects it as WISP_STS_CA_PEM)
   std::string audience;
   std::string scope;
   std::chrono::seconds timeout{10};

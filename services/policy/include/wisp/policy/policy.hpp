@@ -60,6 +60,9 @@ struct Policy {
   int64_t max_token_lifetime_seconds = 86400;
   std::string sidecar_image = "ghcr.io/wisp-dev/wisp-sidecar:0.1.0";
   std::string sidecar_sts_url;  // passed as --sts-url when set
+  // PEM CA bundle that verifies the gateway's STS certificate, read from tokenSidecar.stsCaFile
+  // when the policy is loaded; handed to the sidecar as env WISP_STS_CA_PEM (--ca-pem).
+  std::string sidecar_sts_ca_pem;
   // When set: --metrics-address=0.0.0.0:<port> and a containerPort "metrics" on the sidecar.
   int sidecar_metrics_port = 0;
   SidecarResources sidecar_resources;
