@@ -40,12 +40,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <optional>
 #include <random>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "wisp/fsutil/atomic_writer.hpp"
@@ -80,7 +80,6 @@ struct ModeResult {
   int missed = 0;  // rotations not seen within --timeout-ms (the mode's run stops at the first)
   int wrong = 0;   // a read of another token than the one just written
   int read_errors = 0;  // WISP-ERR lines (the guest prints one per episode)
-  bool booted = false;
 };
 
 std::string Sha256Hex(const std::string& data) {
@@ -189,7 +188,6 @@ bool RunMode(const wisp::integration::GuestImage& image, const std::string& mode
     *error = "the guest's first read is not the token written";
     return false;
   }
-  r->booted = true;
   r->boot_ms = Ms(first->at - (*guest)->started());
   std::fprintf(stderr, "cache=%s: first read %.0f ms after qemu started\n", mode.c_str(),
                r->boot_ms);
