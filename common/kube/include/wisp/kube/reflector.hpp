@@ -16,7 +16,8 @@
 //     watch_timeout (default 2 s) and waits for bytes at most watch_timeout + read_slack, so a
 //     blocked read ends within that; backoff waits are interrupted at once. Re-watching every
 //     watch_timeout reuses the kept-alive connection.
-//   - Objects() is a snapshot of the copy (thread-safe); HasSynced() after the first list.
+//   - Objects() is a snapshot of the copy (thread-safe); HasSynced() once the first list has been
+//     delivered to the handler (just before OnSynced).
 //
 // Example:
 //   struct Printer : kube::ReflectorHandler {
