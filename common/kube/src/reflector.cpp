@@ -164,6 +164,8 @@ Reflector::Next Reflector::WatchOnce() {
     SPDLOG_LOGGER_WARN(logger_, "{}: {}", options_.name, watch.status().ToString());
     return Next::kBackoff;
   }
+  const auto started = std::chrono::steady_clock::now();
+  int64_t seen = 0;
   while (true) {
     {
       std::lock_guard lock(mu_);
@@ -184,7 +186,22 @@ Reflector::Next Reflector::WatchOnce() {
                          event.status().ToString());
       return Next::kBackoff;
     }
-    if (!event->has_value()) return Next::kWatch;  // the server ended it: watch again
+    if (!event->has_value()) {
+      // The server ended it: watch again at once, unless it ended at once with nothing in it (a
+      // proxy or a broken apiserver would have us spin; client-go's "very short watch" check).
+      const auto lasted = std::chrono::steady_clock::now() - started;
+      if (seen == 0 && lasted < std::min<std::chrono::steady_clock::duration>(
+                                    std::chrono::seconds(1),
+                                    std::chrono::milliseconds(options_.watch_timeout) / 2)) {
+        std::lock_guard lock(mu_);
+        ++stats_.errors;
+        SPDLOG_LOGGER_WARN(logger_, "{}: the watch ended at once with no events; backing off",
+                           options_.name);
+        return Next::kBackoff;
+      }
+      return Next::kWatch;
+    }
+    ++seen;
     if ((*event)->type == EventType::kError) {
       std::lock_guard lock(mu_);
       ++stats_.errors;

@@ -1,5 +1,6 @@
 #include "wisp/kube/config.hpp"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -131,6 +132,23 @@ TEST_F(KubeconfigTest, RefusesExecAuthProviderInsecureAndMissingEntries) {
   }
   EXPECT_EQ(LoadKubeconfig((dir_ / "absent").string()).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Tests that KUBECONFIG listing several files reads the first and says so in the origin.
+TEST_F(KubeconfigTest, KubeconfigVariableReadsTheFirstFile) {
+  const std::string path = Write("config", kTwoContexts);
+  const char* saved = std::getenv("KUBECONFIG");
+  const std::string restore = saved != nullptr ? saved : "";
+  ::setenv("KUBECONFIG", (path + ":/nonexistent/other").c_str(), 1);
+  auto c = LoadFromEnvironment();
+  if (saved != nullptr) {
+    ::setenv("KUBECONFIG", restore.c_str(), 1);
+  } else {
+    ::unsetenv("KUBECONFIG");
+  }
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server, "https://127.0.0.1:6443");
+  EXPECT_NE(c->origin.find("first file of KUBECONFIG"), std::string::npos) << c->origin;
 }
 
 // Tests that in-cluster config takes the service host and port, the CA and token files and the

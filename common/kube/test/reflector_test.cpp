@@ -148,6 +148,28 @@ TEST(ReflectorTest, ReconnectsAfterCutStreamFromLastResourceVersion) {
   EXPECT_TRUE(rewatched_from_bookmark);
 }
 
+// Tests that a watch the server ends at once, with nothing in it, is backed off rather than
+// repeated in a tight loop.
+TEST(ReflectorTest, BacksOffWatchesThatEndAtOnce) {
+  FakeClient fake;
+  fake.On("GET", kListUrl, FakeClient::Ok(List("10", {})));
+  fake.On("GET", WatchUrl("10"), FakeClient::Answer{FakeClient::Ok(""), {}, absl::OkStatus()});
+  auto client = MakeClient(fake);
+  Recorder rec;
+  ReflectorOptions o = Fast();
+  o.initial_backoff = std::chrono::milliseconds(100);
+  o.max_backoff = std::chrono::milliseconds(100);
+  Reflector r(*client, kConfigMaps, o, rec);
+  r.Start();
+  rec.WaitFor(1);  // synced
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  r.Stop();
+  // About one watch per 100 ms backoff, not thousands.
+  EXPECT_GE(r.stats().watches, 2);
+  EXPECT_LE(r.stats().watches, 6);
+  EXPECT_EQ(r.stats().errors, r.stats().watches);
+}
+
 // Tests that Stop() returns at once while the reflector waits out a backoff.
 TEST(ReflectorTest, StopsPromptlyDuringBackoff) {
   FakeClient fake;

@@ -5,9 +5,10 @@
 // Contract:
 //   - Start() spawns the thread: List (every page), then Watch from the list's resourceVersion,
 //     tracking the last resourceVersion seen (BOOKMARK events included). When the server ends the
-//     watch (timeoutSeconds) it watches again at once from there; after a transport error or an
-//     ERROR event it waits (exponential backoff, initial_backoff doubling to max_backoff, reset
-//     by a successful watch) and watches again; on 410 Gone it lists again.
+//     watch (timeoutSeconds) it watches again at once from there (unless the watch ended at once
+//     with no events: that counts as an error); after a transport error or an ERROR event it waits
+//     (exponential backoff, initial_backoff doubling to max_backoff, reset by a successful watch)
+//     and watches again; on 410 Gone it lists again.
 //   - Handler calls come from the reflector's thread, one at a time, in the order of the events:
 //     OnAdd for an object new to the copy, OnUpdate(old, new) for a changed one, OnDelete for one
 //     deleted (after a relist: for every object that vanished meanwhile). A relist reports only
