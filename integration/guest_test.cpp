@@ -344,9 +344,15 @@ TEST_F(GuestTest, GuestReadsEveryRotatedTokenOverVirtiofs) {
     EXPECT_LE(latency, kRotationGoal);
     std::this_thread::sleep_for(300ms);
   }
+  int retried = 0;
   for (const auto& e : guest_->Events()) {
     EXPECT_NE(e.kind, ConsoleEvent::kError) << "read error in the guest: " << e.text;
+    if (e.kind == ConsoleEvent::kRetried) ++retried;
   }
+  // A read that walked the old `..data` just as the writer removed the old directory finds no
+  // file (kubelet's AtomicWriter does the same); the guest re-reads once, as guest software
+  // should. Seen about once in 70 rotations under load (bench/guest).
+  std::cout << "guest: " << retried << " read(s) retried after ENOENT\n";
 
   // 7. The regression item 2 guards against: a root-owned 0600 token is unreadable for the
   // non-root virtiofsd...

@@ -80,6 +80,7 @@ struct ModeResult {
   int missed = 0;  // rotations not seen within --timeout-ms (the mode's run stops at the first)
   int wrong = 0;   // a read of another token than the one just written
   int read_errors = 0;  // WISP-ERR lines (the guest prints one per episode)
+  int retried = 0;      // WISP-RETRIED lines: an ENOENT read that the guest's one re-read fixed
 };
 
 std::string Sha256Hex(const std::string& data) {
@@ -216,6 +217,7 @@ bool RunMode(const wisp::integration::GuestImage& image, const std::string& mode
   // Each read error, placed after the rotation it followed: a read that resolves the old ..data
   // just as the writer removes the old timestamped directory fails once with ENOENT.
   for (const auto& e : (*guest)->Events()) {
+    if (e.kind == ConsoleEvent::kRetried) ++r->retried;
     if (e.kind != ConsoleEvent::kError) continue;
     ++r->read_errors;
     size_t n = 0;
@@ -376,6 +378,12 @@ int main(int argc, char** argv) {
     if (r.read_errors > 0) {
       std::printf("note: cache=%s: %d transient read error(s) in the guest (stderr says when)\n",
                   r.mode.c_str(), r.read_errors);
+    }
+    if (r.retried > 0) {
+      std::printf(
+          "note: cache=%s: %d read(s) found no file and read the token on the guest's one "
+          "re-read (the old directory of an AtomicWriter swap already gone)\n",
+          r.mode.c_str(), r.retried);
     }
   }
   return pass ? 0 : 1;
