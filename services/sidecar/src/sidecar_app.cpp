@@ -30,7 +30,11 @@ void AddSidecarFlags(config::Flags& flags, SidecarSettings& s) {
 }
 
 StsOptions StsOptionsFrom(const SidecarSettings& s) {
-  return {.url = s.sts_url, .ca_file = s.ca_file, .ca_pem = s.ca_pem, .audience = s.audience, .scope = s.scope};
+  return {.url = s.sts_url,
+          .ca_file = s.ca_file,
+          .ca_pem = s.ca_pem,
+          .audience = s.audience,
+          .scope = s.scope};
 }
 
 absl::Status InitLogging(const SidecarSettings& s) {

@@ -135,10 +135,7 @@ TEST(HttpStsClientTest, RefusesBadOptionsNamingTheFlag) {
 TEST(HttpStsClientTest, ExchangesOverVerifiedTls) {
   const std::string dir = ::testing::TempDir() + "/wisp-sts-tls-" + std::to_string(::getpid());
   ASSERT_TRUE(http::testing::MakeTestPki(dir));
-  auto server = http::Server::Create({.address = "127.0.0.1",
-                                      .cert_file = dir + "/srv.pem",
-                                      .key_file = dir + "/srv-key.pem",
-                                      .threads = 1});
+  auto server = http::Server::Create(http::testing::TlsServerOptions(dir));
   ASSERT_TRUE(server.ok()) << server.status();
   (*server)->Handle("POST", "/v1/token", [](const http::Request& r) {
     if (r.body.find("subject_token=jwt") == std::string::npos) {

@@ -214,10 +214,7 @@ class HttpsJwksFetcherTlsTest : public ::testing::Test {
   void SetUp() override {
     dir_ = ::testing::TempDir() + "/wisp-jwks-tls-" + std::to_string(::getpid());
     ASSERT_TRUE(http::testing::MakeTestPki(dir_));
-    auto server = http::Server::Create({.address = "127.0.0.1",
-                                        .cert_file = dir_ + "/srv.pem",
-                                        .key_file = dir_ + "/srv-key.pem",
-                                        .threads = 1});
+    auto server = http::Server::Create(http::testing::TlsServerOptions(dir_));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     server_->Handle("GET", "/keys",

@@ -8,18 +8,27 @@
 //   srv.pem, srv-key.pem      a server certificate for DNS name localhost, signed by ca.pem
 //   cli.pem, cli-key.pem      a client certificate ("client"), signed by ca.pem
 //   str.pem, str-key.pem      a client certificate ("stranger"), signed by other.pem
-// and returns false when openssl failed.
+// and returns false when openssl failed. TlsServerOptions(dir) serves HTTPS with srv.pem on
+// 127.0.0.1, a free port, one thread (change what a test needs).
 //
 // Example:
 //   ASSERT_TRUE(http::testing::MakeTestPki(dir));
-//   auto server = http::Server::Create({.cert_file = dir + "/srv.pem",
-//                                       .key_file = dir + "/srv-key.pem"});
+//   auto server = http::Server::Create(http::testing::TlsServerOptions(dir));
 //   auto client = http::NewClient({.tls = {.ca_file = dir + "/ca.pem"}});
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
+#include "wisp/http/server.hpp"
+
 namespace wisp::http::testing {
+
+inline ServerOptions TlsServerOptions(const std::string& dir) {
+  return {.address = "127.0.0.1",
+          .cert_file = dir + "/srv.pem",
+          .key_file = dir + "/srv-key.pem",
+          .threads = 1};
+}
 
 inline bool MakeTestPki(const std::string& dir) {
   std::error_code ec;
