@@ -230,6 +230,9 @@ TEST(Story1, HostNetworkPodGetsARunnableSidecarAndItsTokenVolume) {
   const Json* vol = FindByName(spec["volumes"], "wisp-sa-token");
   ASSERT_NE(vol, nullptr) << spec["volumes"].dump(2);
   EXPECT_NE(vol->dump().find("serviceAccountToken"), std::string::npos) << vol->dump(2);
+  // Not started (native: the app containers wait) and not Ready before it holds a token.
+  EXPECT_NE(sidecar->value("startupProbe", Json()).dump().find("--probe"), std::string::npos)
+      << sidecar->dump(2);
 }
 
 TEST(Story1, PodWithoutHostNetworkIsLeftAsItWasWithAWarning) {
@@ -256,27 +259,52 @@ TEST(Story2, Vep94VmiIsRefusedByTheReleasedKubeVirtSchema) {
 }
 
 // On stock KubeVirt: a containerPath volume the guest sees over virtiofs, and the token wisp is
-// asked for in an annotation (wisp.dev/token.<volume>); the VMI survives the real schema and
-// /validate, and keeps the request on the object (no record before commit).
+// asked for in an annotation (wisp.dev/token.<volume>); the VMI survives the real schema and both
+// webhooks, keeps the request on the object, and /mutate adds where the token is to be mounted.
 TEST(Story2, StockKubeVirtVmiWithTokenAnnotationIsAdmitted) {
-  Created c = Create(E2eManifest("vmi-token-annotation.yaml"));
+  Created c = Create(ReadManifest("vmi-token-annotation.yaml"));
   ASSERT_EQ(c.exit_code, 0) << c.output;
-  EXPECT_TRUE(c.object["metadata"]["annotations"].contains("wisp.dev/token.aws-token"))
-      << c.object["metadata"].dump(2);
+  const Json& annotations = c.object["metadata"]["annotations"];
+  EXPECT_TRUE(annotations.contains("wisp.dev/token.aws-token")) << annotations.dump(2);
+  EXPECT_EQ(annotations.value("wisp.dev/token-mount.aws-token", ""),
+            "/var/run/secrets/eks.amazonaws.com/serviceaccount")
+      << annotations.dump(2);
 }
 
 TEST(Story2, ShortLifetimeInTheAnnotationIsRefusedWithItsReason) {
-  Created c = Create(E2eManifest("vmi-token-annotation-short.yaml"));
+  std::string vmi = ReadManifest("vmi-token-annotation.yaml");
+  vmi.replace(vmi.find("name: irsa-annotated\n"), 21, "name: irsa-short\n");
+  const size_t at = vmi.find("3600");
+  ASSERT_NE(at, std::string::npos);
+  vmi.replace(at, 4, "300");
+  Created c = Create(vmi);
   EXPECT_NE(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("expirationSeconds"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("600"), std::string::npos) << c.output;
 }
 
-// The launcher pod virt-controller renders for that VMI (virtiofs-<volume> container included)
-// gets the custom-audience projected token at the containerPath, in the compute container and in
-// the container virtiofsd runs in, readable by uid 107.
+// The launcher pod as virt-controller v1.9.0 renders it for that VMI: every annotation of the
+// stored VMI copied (template.go filterVMIAnnotationsForPod), compute and the virtiofs socket
+// directory. It gets the custom-audience projected token at the containerPath, in compute and in
+// the container virtiofsd runs in.
 TEST(Story2, LauncherPodGetsTheCustomAudienceTokenWhereVirtiofsdReadsIt) {
-  Created c = Create(E2eManifest("virt-launcher-pod-token-annotation.yaml"));
+  auto vmi = g_kube->MustKubectl({"-n", "vms", "get", "vmi", "irsa-annotated", "-o", "json"});
+  ASSERT_TRUE(vmi.ok()) << vmi.status() << " (Story2.StockKubeVirtVmi... creates it)";
+  const Json stored = Json::parse(*vmi);
+  YAML::Node pod = YAML::Load(ReadManifest("virt-launcher-pod-token-annotation.yaml"));
+  pod["metadata"].remove("annotations");
+  for (const auto& [key, value] : stored["metadata"]["annotations"].items()) {
+    if (key.rfind("kubectl.kubernetes.io", 0) == 0 ||
+        key.rfind("kubevirt.io/storage-observed-api-version", 0) == 0 ||
+        key.rfind("kubevirt.io/latest-observed-api-version", 0) == 0) {
+      continue;
+    }
+    pod["metadata"]["annotations"][key] = value.get<std::string>();
+  }
+  pod["metadata"]["ownerReferences"][0]["uid"] = stored["metadata"]["uid"].get<std::string>();
+  YAML::Emitter out;
+  out << pod;
+  Created c = Create(out.c_str());
   ASSERT_EQ(c.exit_code, 0) << c.output;
   const Json& spec = c.object["spec"];
   const Json* vol = FindByName(spec["volumes"], "wisp-token-aws-token");
@@ -284,10 +312,17 @@ TEST(Story2, LauncherPodGetsTheCustomAudienceTokenWhereVirtiofsdReadsIt) {
   const std::string v = vol->dump();
   EXPECT_NE(v.find("sts.amazonaws.com"), std::string::npos) << v;
   EXPECT_NE(v.find("3600"), std::string::npos) << v;
+  const Json* compute = FindByName(spec["containers"], "compute");
+  ASSERT_NE(compute, nullptr);
+  EXPECT_NE(compute->dump().find("/var/run/secrets/eks.amazonaws.com/serviceaccount"),
+            std::string::npos)
+      << compute->dump(2);
   const Json* virtiofs = FindByName(spec["containers"], "virtiofs-aws-token");
   ASSERT_NE(virtiofs, nullptr) << spec["containers"].dump(2);
   EXPECT_NE(virtiofs->dump().find("wisp-token-aws-token"), std::string::npos)
       << "virtiofsd's container does not mount the token: " << virtiofs->dump(2);
+  EXPECT_NE(virtiofs->dump().find("--translate-uid=host:107:0:1"), std::string::npos)
+      << virtiofs->dump(2);
 }
 
 // ---- story 3: a golden image becomes a VM disk -----------------------------------------------
@@ -380,6 +415,32 @@ TEST(Story5, GatewayDownBlocksOnlyWhatAskedForWisp) {
   EXPECT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_NE(asked.exit_code, 0) << asked.output;
   EXPECT_NE(asked.output.find("failed calling webhook"), std::string::npos) << asked.output;
+}
+
+// With the gateway down, a VMI that asked for wisp still takes status updates (VMIs have no
+// status subresource: each is an UPDATE), can be deleted, and its finalizer can be removed: none
+// of these reaches wisp, so none hangs on it (it would hang Terminating otherwise).
+TEST(Story5, GatewayDownBlocksNoStatusUpdateDeletionOrFinalizerRemoval) {
+  std::string vmi = ReadManifest("vmi-token-annotation.yaml");
+  vmi.replace(vmi.find("name: irsa-annotated\n"), 21,
+              "name: finalized\n  finalizers: [wisp.dev/e2e]\n");
+  Created c = Create(vmi);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  g_stack->Kill("wisp-gateway");
+  CommandResult status = g_kube->Kubectl({"-n", "vms", "patch", "vmi", "finalized", "--type=merge",
+                                          "-p", R"({"status":{"phase":"Scheduling"}})"});
+  CommandResult del = g_kube->Kubectl({"-n", "vms", "delete", "vmi", "finalized", "--wait=false"});
+  CommandResult unfinalize =
+      g_kube->Kubectl({"-n", "vms", "patch", "vmi", "finalized", "--type=json", "-p",
+                       R"([{"op":"remove","path":"/metadata/finalizers"}])"});
+  ASSERT_TRUE(g_stack->StartService("wisp-gateway").ok());
+  ASSERT_TRUE(g_stack->WaitReady("wisp-gateway").ok());
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_EQ(del.exit_code, 0) << del.output;
+  EXPECT_EQ(unfinalize.exit_code, 0) << unfinalize.output;
+  EXPECT_NE(g_kube->Kubectl({"-n", "vms", "get", "vmi", "finalized"}).output.find("NotFound"),
+            std::string::npos)
+      << "the VMI is gone once its finalizer is";
 }
 
 }  // namespace
