@@ -57,6 +57,7 @@ schema={
   "policy":O({"replicas":I(minimum=1),"metricsPort":port,"rules":free,"sidecarMetricsPort":I(minimum=0,maximum=65535),"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
   "token":O({"replicas":I(minimum=1),"metricsPort":port,"signingAlgorithm":S(enum=["RS256","ES256"]),"keyRotationPeriod":dur,
     "keyEncryptionKey":O({"existingSecret":S()}),"policy":free,
+    "clusterIssuer":O({"enabled":B(),"issuer":S(),"jwksUrl":S(pattern="^(https://.*)?$")}),
     "podProof":O({"require":B(),"issuer":S(),"jwks":S(),"jwksUrl":S(pattern="^(https://.*)?$")}),"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
   "populator":O({"kind":S(enum=["Deployment","DaemonSet"]),"replicas":I(minimum=1),"workers":I(minimum=1,maximum=64),"metricsPort":port,"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
   "admission":O({"failurePolicy":S(enum=["Fail","Ignore"]),"timeoutSeconds":I(minimum=1,maximum=30),

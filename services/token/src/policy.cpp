@@ -109,6 +109,7 @@ absl::StatusOr<Policy> Parse(const YAML::Node& root) {
       WISP_ASSIGN_OR_RETURN(issuer.jwks_file, scalar("jwksFile"));
       WISP_ASSIGN_OR_RETURN(issuer.jwks_url, scalar("jwksUrl"));
       WISP_ASSIGN_OR_RETURN(issuer.jwks_ca_file, scalar("jwksCaFile"));
+      WISP_ASSIGN_OR_RETURN(issuer.jwks_bearer_token_file, scalar("jwksBearerTokenFile"));
       if (issuer.jwks_file.empty() == issuer.jwks_url.empty()) {
         return absl::InvalidArgumentError(
             key + ": give exactly one of jwksFile and jwksUrl" +
@@ -124,6 +125,11 @@ absl::StatusOr<Policy> Parse(const YAML::Node& root) {
           return absl::InvalidArgumentError(key + ".jwksCaFile: cannot read " +
                                             issuer.jwks_ca_file);
         }
+        if (!issuer.jwks_bearer_token_file.empty() &&
+            !std::ifstream(issuer.jwks_bearer_token_file)) {
+          return absl::InvalidArgumentError(key + ".jwksBearerTokenFile: cannot read " +
+                                            issuer.jwks_bearer_token_file);
+        }
         if (const auto r = t["jwksRefreshSeconds"]; r) {
           int64_t v = 0;
           if (!r.IsScalar() || !YAML::convert<int64_t>::decode(r, v) || v < 10 || v > 86400) {
@@ -135,9 +141,10 @@ absl::StatusOr<Policy> Parse(const YAML::Node& root) {
         p.trusted_issuers.push_back(std::move(issuer));
         continue;
       }
-      if (!issuer.jwks_ca_file.empty() || t["jwksRefreshSeconds"]) {
+      if (!issuer.jwks_ca_file.empty() || !issuer.jwks_bearer_token_file.empty() ||
+          t["jwksRefreshSeconds"]) {
         return absl::InvalidArgumentError(
-            key + ": jwksCaFile and jwksRefreshSeconds apply to jwksUrl only");
+            key + ": jwksCaFile, jwksBearerTokenFile and jwksRefreshSeconds apply to jwksUrl only");
       }
       std::ifstream in(issuer.jwks_file);
       if (!in)

@@ -72,6 +72,10 @@ struct TrustedIssuer {
   std::string jwks_file;
   std::string jwks_url;  // https:// only; fetched by RemoteJwks (see policy_store.hpp)
   std::string jwks_ca_file;
+  // Sent as the bearer token of each JWKS fetch, re-read every time (kubelet rotates a projected
+  // token): what the cluster's own issuer needs, whose /openid/v1/jwks only authenticated
+  // service accounts may read (ClusterRole system:service-account-issuer-discovery).
+  std::string jwks_bearer_token_file;
   int64_t jwks_refresh_seconds = 300;
   std::vector<std::string> audiences;  // the subject token must carry one of them
   jwt::KeySet keys;                    // loaded from jwks_file

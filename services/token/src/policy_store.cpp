@@ -14,6 +14,7 @@ std::shared_ptr<spdlog::logger> Logger() {
 
 bool SameRemote(const TrustedIssuer& a, const TrustedIssuer& b) {
   return a.issuer == b.issuer && a.jwks_url == b.jwks_url && a.jwks_ca_file == b.jwks_ca_file &&
+         a.jwks_bearer_token_file == b.jwks_bearer_token_file &&
          a.jwks_refresh_seconds == b.jwks_refresh_seconds && b.remote != nullptr;
 }
 
@@ -45,7 +46,8 @@ void PolicyStore::OnReplace(std::function<void(const Policy&)> callback) {
 
 JwksFetcherFactory HttpsFetcherFactory() {
   return [](const TrustedIssuer& t) -> absl::StatusOr<std::shared_ptr<JwksFetcher>> {
-    auto f = HttpsJwksFetcher::Create({.ca_file = t.jwks_ca_file});
+    auto f = HttpsJwksFetcher::Create(
+        {.ca_file = t.jwks_ca_file, .bearer_token_file = t.jwks_bearer_token_file});
     if (!f.ok()) return f.status();
     return std::shared_ptr<JwksFetcher>(std::move(*f));
   };

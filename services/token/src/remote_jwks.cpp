@@ -1,5 +1,9 @@
 #include "remote_jwks.hpp"
 
+#include <cctype>
+#include <fstream>
+#include <iterator>
+
 #include "wisp/http/url.hpp"
 #include "wisp/log/log.hpp"
 
@@ -54,12 +58,24 @@ absl::StatusOr<std::unique_ptr<HttpsJwksFetcher>> HttpsJwksFetcher::Create(
 
 absl::StatusOr<std::string> HttpsJwksFetcher::Fetch(const std::string& url) {
   WISP_RETURN_IF_ERROR(ParseHttpsUrl(url, "JWKS URL").status());
-  WISP_ASSIGN_OR_RETURN(
-      http::ClientResponse res,
-      client_->Send({.url = url,
-                     .headers = {{"Accept", "application/jwk-set+json, application/json"}},
-                     .total_timeout = options_.timeout,
-                     .max_response_bytes = options_.max_bytes}));
+  http::ClientRequest request{.url = url,
+                              .headers = {{"Accept", "application/jwk-set+json, application/json"}},
+                              .total_timeout = options_.timeout,
+                              .max_response_bytes = options_.max_bytes};
+  if (!options_.bearer_token_file.empty()) {
+    std::ifstream in(options_.bearer_token_file);
+    std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
+      token.pop_back();
+    }
+    if (!in.good() && !in.eof()) token.clear();
+    if (token.empty()) {
+      return absl::UnavailableError("JWKS " + url + ": no bearer token in " +
+                                    options_.bearer_token_file);
+    }
+    request.bearer_token = std::move(token);
+  }
+  WISP_ASSIGN_OR_RETURN(http::ClientResponse res, client_->Send(request));
   WISP_RETURN_IF_ERROR(http::StatusOf(res));
   if (res.status != 200) {
     return absl::FailedPreconditionError("unexpected HTTP " + std::to_string(res.status) + " " +

@@ -9,7 +9,9 @@
 //     A response over `max_bytes` (Content-Length or body) is refused without reading the rest
 //     (ResourceExhausted), as are answers other than 200. Failures carry the client's one Status
 //     mapping (an untrusted certificate is FailedPrecondition "certificate verify failed", a 404
-//     NotFound, a 5xx Unavailable), each naming the URL (never a key).
+//     NotFound, a 5xx Unavailable), each naming the URL (never a key). With bearer_token_file,
+//     each fetch reads that file again and sends it as the bearer token (never logged); an
+//     unreadable or empty file fails that fetch (Unavailable, naming the file).
 //   - RemoteJwks::Refresh() fetches and parses the set. A failed fetch or a bad document keeps the
 //     last good set (counted as failure, logged once per attempt); the first successful fetch
 //     makes the issuer usable. Until then Current() is an empty set (every token is refused).
@@ -51,7 +53,8 @@ class JwksFetcher {
 };
 
 struct HttpsFetchOptions {
-  std::string ca_file;  // PEM bundle; "" = the system trust store
+  std::string ca_file;            // PEM bundle; "" = the system trust store
+  std::string bearer_token_file;  // re-read at each fetch; "" = no Authorization
   std::chrono::milliseconds timeout{5000};
   size_t max_bytes = kDefaultJwksMaxBytes;
 };

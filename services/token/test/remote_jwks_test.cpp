@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -167,6 +168,33 @@ TEST(HttpsJwksFetcherTest, GetsTheSetWithinTheLimits) {
   EXPECT_NE(requests[0].headers[0].second.find("application/jwk-set+json"), std::string::npos);
 }
 
+// Tests that with a bearer token file each fetch sends that file's current content (kubelet
+// rotates a projected token) as the bearer token, and that a missing or empty file fails the
+// fetch naming the file, without sending anything.
+TEST(HttpsJwksFetcherTest, SendsTheBearerTokenFileAsItIsNow) {
+  const std::string file = ::testing::TempDir() + "jwks-bearer-" + std::to_string(::getpid());
+  auto fake = std::make_shared<http::testing::FakeClient>();
+  fake->On("GET", "https://kube/openid/v1/jwks", http::testing::FakeClient::Ok(R"({"keys":[]})"));
+  HttpsJwksFetcher fetcher(fake, {.bearer_token_file = file});
+  std::ofstream(file) << "first-token\n";
+  ASSERT_TRUE(fetcher.Fetch("https://kube/openid/v1/jwks").ok());
+  std::ofstream(file) << "rotated-token";
+  ASSERT_TRUE(fetcher.Fetch("https://kube/openid/v1/jwks").ok());
+  auto requests = fake->requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0].bearer_token, "first-token");
+  EXPECT_EQ(requests[1].bearer_token, "rotated-token");
+
+  std::ofstream(file) << "";
+  auto empty = fetcher.Fetch("https://kube/openid/v1/jwks");
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(Has(empty.status(), file)) << empty.status();
+  std::remove(file.c_str());
+  auto missing = fetcher.Fetch("https://kube/openid/v1/jwks");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(fake->requests().size(), 2u) << "nothing sent without a token";
+}
+
 // Tests that plain http and user info are refused before anything is sent.
 TEST(HttpsJwksFetcherTest, RefusesNonHttpsUrlsWithoutSending) {
   auto fake = std::make_shared<http::testing::FakeClient>();
@@ -291,6 +319,11 @@ trustedIssuers:
       {"trustedIssuers: [{issuer: x, jwksUrl: 'https://h/k', jwksRefreshSeconds: 1, "
        "audiences: [a]}]",
        "trustedIssuers[0].jwksRefreshSeconds"},
+      {"trustedIssuers: [{issuer: x, jwksUrl: 'https://h/k', jwksBearerTokenFile: /nonexistent, "
+       "audiences: [a]}]",
+       "trustedIssuers[0].jwksBearerTokenFile"},
+      {"trustedIssuers: [{issuer: x, jwksFile: /f, jwksBearerTokenFile: /t, audiences: [a]}]",
+       "apply to jwksUrl only"},
       {"trustedIssuers: [{issuer: x, jwksUrl: 'https://h/k'}]", "trustedIssuers[0].audiences"},
   };
   for (const auto& [yaml, key] : cases) {
