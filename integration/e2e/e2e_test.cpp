@@ -15,8 +15,10 @@
 //
 // A cluster given by kubeconfig must reach the gateway: WISP_E2E_WEBHOOK_HOST names the address
 // it dials (default 127.0.0.1), and the gateway's certificate carries it.
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -185,6 +187,57 @@ absl::Status RegisterWebhooks() {
   return absl::OkStatus();
 }
 
+// wisp-token's policy for this run: the local stack's, plus the cluster's own issuer as
+// token.clusterIssuer renders it in cluster: the issuer from the apiserver's discovery, its keys
+// from the apiserver's /openid/v1/jwks with a service-account token and the cluster CA.
+absl::StatusOr<std::string> TokenPolicyTrustingTheCluster(const std::string& dir) {
+  WISP_ASSIGN_OR_RETURN(std::string discovery,
+                        g_kube->MustKubectl({"get", "--raw", "/.well-known/openid-configuration"}));
+  const Json d = Json::parse(discovery, nullptr, false);
+  if (!d.is_object() || !d.contains("issuer")) {
+    return absl::InternalError("the apiserver's discovery document: " + discovery);
+  }
+  CommandResult server = g_kube->Kubectl(
+      {"config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"});
+  CommandResult ca_data =
+      g_kube->Kubectl({"config", "view", "--minify", "--raw", "-o",
+                       "jsonpath={.clusters[0].cluster.certificate-authority-data}"});
+  CommandResult ca_path =
+      g_kube->Kubectl({"config", "view", "--minify", "-o",
+                       "jsonpath={.clusters[0].cluster.certificate-authority}"});
+  if (server.exit_code != 0 || server.output.empty()) {
+    return absl::InternalError("kubectl config view: " + server.output);
+  }
+  std::string ca_file = ca_path.output;
+  if (!ca_data.output.empty()) {
+    ca_file = dir + "/cluster-ca.pem";
+    CommandResult pem = RunArgv({"base64", "-d"}, ca_data.output, false);
+    if (pem.exit_code != 0) return absl::InternalError("certificate-authority-data: " + pem.output);
+    std::ofstream(ca_file) << pem.output;
+  }
+  WISP_ASSIGN_OR_RETURN(
+      std::string sa_token,
+      g_kube->MustKubectl({"-n", "wisp-system", "create", "token", "default", "--duration", "2h"}));
+  const std::string token_file = dir + "/jwks-reader-token";
+  {
+    std::ofstream out(token_file);
+    out << sa_token;
+  }
+  ::chmod(token_file.c_str(), 0600);
+  std::ifstream in(SourceDir() + "/deploy/local/token-policy.yaml");
+  std::stringstream policy;
+  policy << in.rdbuf();
+  policy << "trustedIssuers:\n"
+         << "  - issuer: " << d["issuer"].get<std::string>() << "\n"
+         << "    jwksUrl: " << server.output << "/openid/v1/jwks\n"
+         << "    jwksCaFile: " << ca_file << "\n"
+         << "    jwksBearerTokenFile: " << token_file << "\n"
+         << "    audiences: [wisp]\n";
+  const std::string path = dir + "/token-policy.yaml";
+  std::ofstream(path) << policy.str();
+  return path;
+}
+
 absl::Status CreateNamespaces() {
   for (const char* ns : {"ml", "vms", "apps", "plain", "quota", "wisp-system"}) {
     WISP_RETURN_IF_ERROR(g_kube->CreateNamespace(ns));
@@ -244,6 +297,32 @@ TEST(Story1, PodWithoutHostNetworkIsLeftAsItWasWithAWarning) {
   EXPECT_EQ(FindByName(init, "wisp-sidecar"), nullptr);
   EXPECT_EQ(FindByName(spec["containers"], "wisp-sidecar"), nullptr);
   EXPECT_EQ(FindByName(spec["volumes"], "wisp-sa-token"), nullptr);
+}
+
+// The STS trusts the cluster's own service-account issuer (its discovery and JWKS, fetched with
+// a service-account token, as the chart's token.clusterIssuer does in cluster): a token the real
+// apiserver minted for the pod's service account and audience is what the sidecar exchanges.
+TEST(Story1, StsExchangesATokenTheApiserverMinted) {
+  auto minted = g_kube->MustKubectl(
+      {"-n", "ml", "create", "token", "loader", "--audience", "wisp", "--duration", "10m"});
+  ASSERT_TRUE(minted.ok()) << minted.status();
+  std::string token = *minted;
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
+    token.pop_back();
+  }
+  // The subject token goes in on stdin (curl's @-), never on a command line.
+  CommandResult r =
+      RunArgv({"curl", "-sS", "--max-time", "20", "--cacert", g_stack->ca_file(), "-X", "POST",
+               g_stack->gateway_url() + "/v1/token", "--data-urlencode",
+               "grant_type=urn:ietf:params:oauth:grant-type:token-exchange", "--data-urlencode",
+               "subject_token_type=urn:ietf:params:oauth:token-type:jwt", "--data-urlencode",
+               "audience=wisp", "--data-urlencode", "subject_token@-"},
+              token, /*merge_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Json answer = Json::parse(r.output, nullptr, false);
+  ASSERT_TRUE(answer.is_object()) << r.output;
+  EXPECT_EQ(answer.value("token_type", ""), "Bearer") << r.output;
+  EXPECT_FALSE(answer.value("access_token", "").empty()) << r.output;
 }
 
 // ---- story 2: a VM calls AWS with IRSA ------------------------------------------------------
@@ -455,16 +534,27 @@ int main(int argc, char** argv) {
     return absl::IsNotFound(kube.status()) ? 77 : 1;
   }
   g_kube = kube->get();
+  if (absl::Status s = CreateNamespaces(); !s.ok()) {
+    std::cerr << "e2e set-up failed: " << s << "\n" << g_kube->ApiserverLogTail() << std::endl;
+    return 1;
+  }
+  TempDir files("wisp-e2e");
+  auto token_policy = TokenPolicyTrustingTheCluster(files.path());
+  if (!token_policy.ok()) {
+    std::cerr << "e2e set-up failed: " << token_policy.status() << std::endl;
+    return 1;
+  }
   StackOptions options;
   const std::string host = Env("WISP_E2E_WEBHOOK_HOST");
   if (!host.empty()) options.gateway_extra_sans = {host};
+  options.extra_args["wisp-token"] = {"--policy-file", *token_policy};
   auto stack = Stack::Start(options);
   if (!stack.ok()) {
     std::cerr << "e2e: the wisp stack did not start: " << stack.status() << std::endl;
     return 1;
   }
   g_stack = stack->get();
-  for (auto step : {&CreateNamespaces, &InstallCrds, &RenderChart, &RegisterWebhooks}) {
+  for (auto step : {&InstallCrds, &RenderChart, &RegisterWebhooks}) {
     if (absl::Status s = step(); !s.ok()) {
       std::cerr << "e2e set-up failed: " << s << "\n" << g_kube->ApiserverLogTail() << std::endl;
       return 1;
