@@ -102,7 +102,7 @@ void SidecarApp::Refresh() {
   std::unique_lock lock(mu_);
   while (!stopping_) {
     lock.unlock();
-    absl::StatusOr<CachedToken> token = tokens_->Get();
+    absl::StatusOr<CachedToken> token = tokens_->Get(TokenServer::Caller::kWarm);
     std::chrono::milliseconds wait;
     if (token.ok()) {
       if (absl::Status st = ready_->Publish(token->expiry); !st.ok()) {

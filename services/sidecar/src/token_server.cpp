@@ -47,7 +47,8 @@ int TokenServer::exchanges() const {
   return exchanges_;
 }
 
-absl::StatusOr<CachedToken> TokenServer::Get() {
+absl::StatusOr<CachedToken> TokenServer::Get(Caller caller) {
+  SidecarMetrics* const lookups = caller == Caller::kRequest ? metrics_ : nullptr;
   std::unique_lock lock(mu_);
   const auto start = clock_.Now();
   // Fresh, or due for refresh but still valid while another caller refreshes it or a failed
@@ -55,10 +56,10 @@ absl::StatusOr<CachedToken> TokenServer::Get() {
   // for a token we already hold, and a down gateway is not asked once per request).
   if (cached_ &&
       (start < refresh_at_ || (start < cached_->expiry && (in_flight_ || start < retry_at_)))) {
-    if (metrics_) metrics_->cache_hits.Increment();
+    if (lookups) lookups->cache_hits.Increment();
     return *cached_;
   }
-  if (metrics_) metrics_->cache_misses.Increment();
+  if (lookups) lookups->cache_misses.Increment();
   while (true) {
     const auto now = clock_.Now();
     if (cached_ && now < refresh_at_) return *cached_;

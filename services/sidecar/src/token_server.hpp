@@ -11,7 +11,8 @@
 //     token manager does) and the next attempt waits kRefreshRetryBackoff, so a down gateway is
 //     not asked once per request.
 //   - With `metrics`: every answer, cache hit/miss, exchange outcome and token file (re)load
-//   counts.
+//   counts. Cache hits and misses count the app's requests only: Get(kWarm), the sidecar's own
+//   keep-warm call, is not a cache lookup anyone made (its exchanges still count).
 //   - Handle() answers 200 {"access_token","token_type","expiry"} with expiry in RFC 3339 as Go's
 //     time.Time marshals it (UTC, fractional seconds without trailing zeros), so gcsfuse's
 //     gcs-auth:token-url (oauth2.Token) reads it; failure -> 500 {"error": "..."} (never a token).
@@ -45,7 +46,8 @@ class TokenServer {
   TokenServer(TokenFile& file, StsClient& sts, Clock& clock, double refresh_fraction = 0.8,
               SidecarMetrics* metrics = nullptr);
 
-  absl::StatusOr<CachedToken> Get();
+  enum class Caller { kRequest, kWarm };
+  absl::StatusOr<CachedToken> Get(Caller caller = Caller::kRequest);
   http::Response Handle(const http::Request& request);
   int exchanges() const;
 
