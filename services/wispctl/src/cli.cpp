@@ -13,9 +13,6 @@ void AddConnectionFlags(config::Flags& flags, Connection& c) {
 }
 
 absl::StatusOr<std::unique_ptr<bus::Bus>> Connect(const Connection& c) {
-  if (c.nats.nats_cert.empty() != c.nats.nats_key.empty()) {
-    return absl::InvalidArgumentError("--nats-cert and --nats-key go together");
-  }
   WISP_ASSIGN_OR_RETURN(bus::NatsBusOptions options, runtime::NatsOptions(c.nats, "wispctl"));
   options.connect_timeout = c.timeout;
   WISP_ASSIGN_OR_RETURN(auto bus, bus::NatsBus::Connect(options));
