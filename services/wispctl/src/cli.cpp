@@ -1,8 +1,10 @@
 #include "cli.hpp"
 
 #include <iostream>
+#include <iterator>
 
 #include "wisp/bus/nats_bus.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/runtime/runtime.hpp"
 
 namespace wisp::wispctl {
@@ -35,6 +37,13 @@ bool ParseCommand(config::Flags& flags, const std::string& command,
     return false;
   }
   return true;
+}
+
+absl::StatusOr<std::string> ReadInput(const std::string& file) {
+  if (!file.empty() && file != "-") return fsutil::ReadFile(file);
+  std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+  if (std::cin.bad()) return absl::FailedPreconditionError("stdin: read error");
+  return text;
 }
 
 }  // namespace wisp::wispctl
