@@ -53,6 +53,13 @@ class AdmissionTest : public ::testing::Test {
     return ApplyPatchIndependently(object, last_review_, stack_->dir() + "/apply-in.json");
   }
 
+  // The object after /mutate, its patch applied with python3-jsonpatch.
+  Json Mutate(const Json& object, const std::string& uid) {
+    Json resp = Admit("mutate", object, uid);
+    EXPECT_EQ(resp["allowed"], true) << resp.dump();
+    return ApplyIndependently(object);
+  }
+
   // Schema check of a core/v1 object with kubernetes-models.
   std::string Validate(const Json& object) {
     const std::string in = stack_->dir() + "/validate-in.json";
@@ -119,31 +126,91 @@ TEST_F(AdmissionTest, PodNetworkPodIsLeftAlone) {
             std::string::npos);
 }
 
-// Tests scenario 2: the IRSA VMI is accepted, a 300 s one refused with Kubernetes' message, and the
-// virt-launcher pod gets the projected token and the virtiofs container.
-TEST_F(AdmissionTest, VmiTokenVolumeReachesLauncherPod) {
-  Json ok = Admit("validate", LoadManifest("vmi-irsa.yaml"), "it-vmi-1");
+// Tests scenario 2 on stock KubeVirt: the annotated VMI passes /mutate (which adds only the
+// containerPath's mount annotation) and /validate with its annotation intact, a 300 s request is
+// refused naming the field, and the launcher pod virt-controller renders from it gets the
+// projected token, its compute mount and the virtiofs container, from the pod alone.
+TEST_F(AdmissionTest, VmiTokenAnnotationReachesLauncherPod) {
+  const Json vmi = LoadManifest("vmi-token-annotation.yaml");
+  const Json mutated = Mutate(vmi, "it-vmi-1");
+  EXPECT_EQ(mutated["metadata"]["annotations"]["wisp.dev/token.aws-token"],
+            vmi["metadata"]["annotations"]["wisp.dev/token.aws-token"]);
+  EXPECT_EQ(mutated["metadata"]["annotations"]["wisp.dev/token-mount.aws-token"],
+            "/var/run/secrets/eks.amazonaws.com/serviceaccount");
+  Json ok = Admit("validate", mutated, "it-vmi-2");
   EXPECT_EQ(ok["allowed"], true) << ok.dump();
-  Json denied = Admit("validate", LoadManifest("vmi-short-lifetime.yaml"), "it-vmi-2");
+  Json short_lived = vmi;
+  short_lived["metadata"]["annotations"]["wisp.dev/token.aws-token"] =
+      R"({"audience":"sts.amazonaws.com","expirationSeconds":300,"path":"token"})";
+  Json denied = Admit("validate", Mutate(short_lived, "it-vmi-3"), "it-vmi-4");
+  EXPECT_EQ(denied["allowed"], false);
+  EXPECT_EQ(denied["status"]["message"],
+            "metadata.annotations[wisp.dev/token.aws-token].expirationSeconds: Invalid value: 300: "
+            "must be at least 600 (10 minutes)");
+
+  Json launcher = LoadManifest("virt-launcher-pod-token-annotation.yaml");
+  EXPECT_EQ(Validate(launcher), "ok");
+  EXPECT_EQ(launcher["metadata"]["annotations"]["wisp.dev/token-mount.aws-token"],
+            mutated["metadata"]["annotations"]["wisp.dev/token-mount.aws-token"])
+      << "the fixture carries the VMI's annotations as virt-controller copies them";
+  Json resp = Admit("mutate", launcher, "it-vmi-5");
+  ASSERT_EQ(resp["allowed"], true) << resp.dump();
+  Json out = ApplyIndependently(launcher);
+  EXPECT_EQ(Validate(out), "ok");
+  const Json* vol = Named(out["spec"]["volumes"], "wisp-token-aws-token");
+  ASSERT_NE(vol, nullptr) << out.dump(2);
+  EXPECT_EQ((*vol)["projected"]["sources"][0]["serviceAccountToken"],
+            Json::parse(R"({"audience":"sts.amazonaws.com","expirationSeconds":3600,
+                            "path":"token"})"));
+  const Json* fs = Named(out["spec"]["containers"], "virtiofs-aws-token");
+  ASSERT_NE(fs, nullptr) << out.dump(2);
+  EXPECT_EQ((*fs)["args"][0], "--socket-path=/var/run/kubevirt/virtiofs-containers/aws-token.sock");
+  EXPECT_EQ((*fs)["args"].back(), "--translate-uid=host:107:0:1");
+  EXPECT_EQ((*fs)["securityContext"]["runAsUser"], 107);
+  EXPECT_EQ((*fs)["volumeMounts"][1],
+            Json::parse(R"({"name":"wisp-token-aws-token","mountPath":"/virtiofs-data/aws-token",
+                            "readOnly":true})"));
+  const Json* compute = Named(out["spec"]["containers"], "compute");
+  ASSERT_NE(compute, nullptr);
+  EXPECT_EQ((*compute)["volumeMounts"].back(), Json::parse(R"({"name":"wisp-token-aws-token",
+                            "mountPath":"/var/run/secrets/eks.amazonaws.com/serviceaccount",
+                            "readOnly":true})"));
+  EXPECT_EQ(Admit("validate", out, "it-vmi-6")["allowed"], true);  // rule f: audience allowed
+  EXPECT_FALSE(Admit("mutate", out, "it-vmi-7").contains("patch"));
+}
+
+// Tests scenario 2 on a KubeVirt with VEP 94: the serviceAccountToken VMI gets the equivalent
+// annotation and is accepted, a 300 s one is refused with Kubernetes' message, and
+// virt-controller's virtiofs-irsa container (the API-audience token) is pointed at the
+// requested token.
+TEST_F(AdmissionTest, Vep94VmiTokenVolumeReachesLauncherPod) {
+  const Json vmi = Mutate(LoadManifest("vmi-irsa.yaml"), "it-vep94-1");
+  EXPECT_EQ(vmi["metadata"]["annotations"]["wisp.dev/token.irsa"],
+            R"({"audience":"sts.amazonaws.com","expirationSeconds":3600,"path":"token"})");
+  Json ok = Admit("validate", vmi, "it-vep94-2");
+  EXPECT_EQ(ok["allowed"], true) << ok.dump();
+  Json denied = Admit("validate", LoadManifest("vmi-short-lifetime.yaml"), "it-vep94-3");
   EXPECT_EQ(denied["allowed"], false);
   EXPECT_EQ(denied["status"]["message"],
             "spec.volumes[0].serviceAccount.serviceAccountToken.expirationSeconds: Invalid "
             "value: 300: may not specify a duration less than 10 minutes");
 
   Json launcher = LoadManifest("virt-launcher-pod.yaml");
-  Json resp = Admit("mutate", launcher, "it-vmi-3");
-  ASSERT_EQ(resp["allowed"], true);
+  Json resp = Admit("mutate", launcher, "it-vep94-4");
+  ASSERT_EQ(resp["allowed"], true) << resp.dump();
   Json out = ApplyIndependently(launcher);
   EXPECT_EQ(Validate(out), "ok");
   const Json* fs = Named(out["spec"]["containers"], "virtiofs-irsa");
   ASSERT_NE(fs, nullptr) << out.dump(2);
   EXPECT_EQ((*fs)["args"][0], "--socket-path=/var/run/kubevirt/virtiofs-containers/irsa.sock");
+  EXPECT_EQ((*fs)["args"][1], "--shared-dir=/virtiofs-data/irsa");
   EXPECT_EQ((*fs)["securityContext"]["runAsUser"], 107);
-  const Json* vol = Named(out["spec"]["volumes"], "irsa");
+  const Json* vol = Named(out["spec"]["volumes"], "wisp-token-irsa");
   ASSERT_NE(vol, nullptr);
   EXPECT_EQ((*vol)["projected"]["sources"][0]["serviceAccountToken"]["audience"],
             "sts.amazonaws.com");
-  EXPECT_FALSE(Admit("mutate", out, "it-vmi-4").contains("patch"));
+  EXPECT_EQ(resp["auditAnnotations"]["virtiofs-containers-rewritten"], "virtiofs-irsa");
+  EXPECT_FALSE(Admit("mutate", out, "it-vep94-5").contains("patch"));
 }
 
 // Tests scenario 3's admission side: CDI's DataVolume rules, and a PVC that names a
@@ -166,9 +233,10 @@ TEST_F(AdmissionTest, DataVolumesAndImportSources) {
   EXPECT_EQ(late["auditAnnotations"]["population-record"], "vms.PersistentVolumeClaim.vm-disk");
 }
 
-// Tests VEP 165 end to end: the containerPath VMI is accepted, one into libvirt's directory is
-// refused, and its launcher pod (with the token volume another webhook injected) gets a virtiofs
-// container on that volume, with pinned resources for the VMI's dedicated CPUs.
+// Tests VEP 165 without a wisp token: the containerPath VMI is accepted, one into libvirt's
+// directory is refused, and its launcher pod (with the token volume another webhook injected) is
+// left to KubeVirt's own launcher-pod mutator; asking wisp for a token at that same path is
+// refused with the reason.
 TEST_F(AdmissionTest, ContainerPathVolumeReachesLauncherPod) {
   Json ok = Admit("validate", LoadManifest("vmi-containerpath.yaml"), "it-cp-1");
   EXPECT_EQ(ok["allowed"], true) << ok.dump();
@@ -178,19 +246,22 @@ TEST_F(AdmissionTest, ContainerPathVolumeReachesLauncherPod) {
             "ContainerPath volume 'libvirt' uses reserved path prefix '/var/run/libvirt'");
 
   Json launcher = LoadManifest("virt-launcher-pod-containerpath.yaml");
+  EXPECT_EQ(Validate(launcher), "ok");
   Json resp = Admit("mutate", launcher, "it-cp-3");
   ASSERT_EQ(resp["allowed"], true) << resp.dump();
-  Json out = ApplyIndependently(launcher);
-  EXPECT_EQ(Validate(out), "ok");
-  const Json* fs = Named(out["spec"]["containers"], "virtiofs-aws-token");
-  ASSERT_NE(fs, nullptr) << out.dump(2);
-  EXPECT_EQ((*fs)["volumeMounts"][1],
-            Json::parse(R"({"name":"aws-iam-token","mountPath":"/virtiofs-data/aws-token",
-                            "readOnly":true})"));
-  EXPECT_EQ((*fs)["args"].back(), "--translate-uid=host:107:0:1");
-  EXPECT_EQ((*fs)["resources"]["requests"], Json::parse(R"({"cpu":"100m","memory":"80M"})"));
-  EXPECT_EQ(out["spec"]["volumes"], launcher["spec"]["volumes"]);
-  EXPECT_FALSE(Admit("mutate", out, "it-cp-4").contains("patch"));
+  EXPECT_FALSE(resp.contains("patch")) << "KubeVirt's mutator serves a containerPath wisp was "
+                                          "not asked for";
+  Json clash = launcher;
+  clash["metadata"]["annotations"]["wisp.dev/token.aws-token"] =
+      R"({"audience":"sts.amazonaws.com","expirationSeconds":3600,"path":"token"})";
+  clash["metadata"]["annotations"]["wisp.dev/token-mount.aws-token"] =
+      "/var/run/secrets/eks.amazonaws.com/serviceaccount";
+  Json refused = Admit("mutate", clash, "it-cp-4");
+  EXPECT_EQ(refused["allowed"], false);
+  EXPECT_NE(refused["status"]["message"].get<std::string>().find(
+                "already mounts volume \"aws-iam-token\""),
+            std::string::npos)
+      << refused.dump();
 }
 
 // Tests CDI's destination-PVC rule across two admissions: the PVC admitted first blocks a
@@ -219,9 +290,11 @@ TEST_F(AdmissionTest, UserDeclaredSidecarImage) {
 // Tests SIGHUP: a new policy file takes effect without a restart, and a broken one is refused
 // while the policy in force keeps answering.
 TEST_F(AdmissionTest, PolicyReloadsOnSighup) {
-  Json vmi = LoadManifest("vmi-irsa.yaml");
-  vmi["metadata"]["name"] = "reload-vm";
-  vmi["spec"]["volumes"][2]["serviceAccount"]["serviceAccountToken"]["audience"] = "reloaded";
+  Json request = LoadManifest("vmi-token-annotation.yaml");
+  request["metadata"]["name"] = "reload-vm";
+  request["metadata"]["annotations"]["wisp.dev/token.aws-token"] =
+      R"({"audience":"reloaded","expirationSeconds":3600,"path":"token"})";
+  const Json vmi = Mutate(request, "it-reload-0");
   ASSERT_EQ(Admit("validate", vmi, "it-reload-1")["allowed"], false);
 
   auto admit_until = [&](bool want) {

@@ -294,7 +294,10 @@ TEST_F(CsiIntegrationTest, GatewayRestartKeepsRotating) {
   ASSERT_NO_FATAL_FAILURE(StartStack({.token = false}));
   ShortTokenIssuer issuer(stack_->nats().url(), 8s);
   const std::string target = Target("restart");
-  ASSERT_TRUE(client_->Publish(TokenVolumeRequest("csi-restart", target, "vault", "600")).ok());
+  grpc::Status published =
+      client_->Publish(TokenVolumeRequest("csi-restart", target, "vault", "600"));
+  ASSERT_TRUE(published.ok()) << published.error_code() << " " << published.error_message() << "\n"
+                              << stack_->process("wisp-gateway").Log();
   const std::string first = TokenIn(target);
   stack_->Kill("wisp-gateway");
   ASSERT_TRUE(IsTmpfs(target)) << "the pod's tmpfs outlives the gateway";

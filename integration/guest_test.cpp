@@ -3,12 +3,14 @@
 // each rotation (integration/guest, label "guest").
 //
 // The path, and why:
-//   - The VMI of story 2 (integration/admission/manifests/vmi-irsa.yaml) goes through the real
-//     /validate, and its virt-launcher pod through the real /mutate (gateway -> NATS ->
-//     wisp-policy); the patch is applied by python3-jsonpatch. What the guest side runs comes only
-//     from that rendered pod: the `virtiofs-irsa` container's args (shared dir, cache mode,
-//     --translate-uid) and securityContext (uid/gid 107), and the projected token it shares
-//     (audience, path, file mode).
+//   - The VMI of story 2 on stock KubeVirt (integration/admission/manifests/
+//     vmi-token-annotation.yaml: a wisp.dev/token.aws-token annotation on a containerPath volume)
+//     goes through the real /mutate and /validate, and its virt-launcher pod (as virt-controller
+//     renders it, the VMI's annotations copied) through the real /mutate (gateway -> NATS ->
+//     wisp-policy); each patch is applied by python3-jsonpatch. What the guest side runs comes
+//     only from that rendered pod: the `virtiofs-aws-token` container's args (shared dir, cache
+//     mode, --translate-uid) and securityContext (uid/gid 107), and the projected token
+//     `wisp-token-aws-token` it shares (audience, path, file mode).
 //   - The token files are written by the real wisp-gateway's CSI node (NodePublishVolume over its
 //     unix socket) in the layout kubelet's AtomicWriter gives a projected volume (timestamped
 //     directory, `..data` symlink swapped by rename, `token -> ..data/token`), with the file mode
@@ -19,7 +21,7 @@
 //     600 s and the gateway rotates at 80% of the lifetime, so one self-driven rotation would take
 //     8 minutes; the republish drives the same atomic swap at the pace the test picks.
 //   - The pod's readOnly volumeMount is a real read-only bind mount of the CSI target at
-//     <container root>/virtiofs-data/irsa; virtiofsd (Debian's C one, /usr/lib/qemu/virtiofsd)
+//     <container root>/virtiofs-data/aws-token; virtiofsd (Debian's C one, /usr/lib/qemu/virtiofsd)
 //     serves the rendered --shared-dir under that root with the rendered cache mode, as uid 107
 //     inside a user namespace that maps 107 to root (= --translate-uid=host:107:0:1).
 //
@@ -173,7 +175,7 @@ class GuestTest : public ::testing::Test {
     v1::IssueRequest req;
     req.mutable_subject()->set_namespace_("vms");
     req.mutable_subject()->set_service_account("s3-reader");
-    req.mutable_subject()->set_pod_name("virt-launcher-s3-worker-7x2kq");
+    req.mutable_subject()->set_pod_name(kPodName);
     req.mutable_subject()->set_pod_uid(kPodUid);
     req.add_audiences(audience);
     req.set_expiration_seconds(expiration_seconds);
@@ -193,7 +195,7 @@ class GuestTest : public ::testing::Test {
     auto& c = *req.mutable_volume_context();
     c["csi.storage.k8s.io/ephemeral"] = "true";
     c["csi.storage.k8s.io/pod.namespace"] = "vms";
-    c["csi.storage.k8s.io/pod.name"] = "virt-launcher-s3-worker-7x2kq";
+    c["csi.storage.k8s.io/pod.name"] = kPodName;
     c["csi.storage.k8s.io/pod.uid"] = kPodUid;
     c["csi.storage.k8s.io/serviceAccount.name"] = "s3-reader";
     c["csi.storage.k8s.io/serviceAccount.tokens"] = Json{
@@ -208,7 +210,8 @@ class GuestTest : public ::testing::Test {
     return csi_->Publish(req);
   }
 
-  static constexpr char kVolumeId[] = "csi-guest-irsa";
+  static constexpr char kVolumeId[] = "csi-guest-aws-token";
+  static constexpr char kPodName[] = "virt-launcher-irsa-annotated-q8x2m";
   static constexpr char kPodUid[] = "6f7e2a10-0000-4000-8000-00000000a001";
   GuestImage image_;
   std::unique_ptr<Stack> stack_;
@@ -224,19 +227,19 @@ class GuestTest : public ::testing::Test {
 // 2 s and no read error; a 0600 root-owned token is unreadable, the real path readable again.
 TEST_F(GuestTest, GuestReadsEveryRotatedTokenOverVirtiofs) {
   // 1. What wisp renders.
-  Json vmi = LoadManifest("vmi-irsa.yaml");
+  const Json vmi = Mutated(LoadManifest("vmi-token-annotation.yaml"), "guest-vmi-mutate");
   ASSERT_EQ(Admit("validate", vmi, "guest-vmi")["response"]["allowed"], true);
-  const Json pod = Mutated(LoadManifest("virt-launcher-pod.yaml"), "guest-pod");
-  const Json* container = Named(pod["spec"]["containers"], "virtiofs-irsa");
+  const Json pod = Mutated(LoadManifest("virt-launcher-pod-token-annotation.yaml"), "guest-pod");
+  const Json* container = Named(pod["spec"]["containers"], "virtiofs-aws-token");
   ASSERT_NE(container, nullptr) << pod.dump(2);
-  const Json* volume = Named(pod["spec"]["volumes"], "irsa");
+  const Json* volume = Named(pod["spec"]["volumes"], "wisp-token-aws-token");
   ASSERT_NE(volume, nullptr) << pod.dump(2);
   const Json token_request = (*volume)["projected"]["sources"][0]["serviceAccountToken"];
   const std::string audience = token_request.value("audience", "");
   const std::string path = token_request.value("path", "");
   EXPECT_EQ(audience, "sts.amazonaws.com");
   EXPECT_EQ(path, "token");
-  const Json* mount = Named((*container)["volumeMounts"], "irsa");
+  const Json* mount = Named((*container)["volumeMounts"], "wisp-token-aws-token");
   ASSERT_NE(mount, nullptr) << container->dump(2);
   EXPECT_EQ(mount->value("readOnly", false), true);
 
@@ -257,14 +260,14 @@ TEST_F(GuestTest, GuestReadsEveryRotatedTokenOverVirtiofs) {
       << "kubelet writes the token " << std::oct << file.mode << " owned by " << std::dec
       << file.owner << ":" << file.group << ", which uid " << uid << " cannot read";
   // The same VMI run non-root (virt-controller's pod securityContext: 107, fsGroup 107).
-  Json non_root = LoadManifest("virt-launcher-pod.yaml");
-  non_root["metadata"]["name"] = "virt-launcher-s3-worker-nonroot";
+  Json non_root = LoadManifest("virt-launcher-pod-token-annotation.yaml");
+  non_root["metadata"]["name"] = "virt-launcher-irsa-annotated-nonroot";
   non_root["spec"]["securityContext"] = {
       {"runAsUser", 107}, {"runAsGroup", 107}, {"fsGroup", 107}, {"runAsNonRoot", true}};
   const Json non_root_pod = Mutated(non_root, "guest-pod-nonroot");
-  ASSERT_NE(Named(non_root_pod["spec"]["volumes"], "irsa"), nullptr);
-  const KubeletFile nr =
-      KubeletTokenFile(non_root_pod, *Named(non_root_pod["spec"]["volumes"], "irsa"));
+  ASSERT_NE(Named(non_root_pod["spec"]["volumes"], "wisp-token-aws-token"), nullptr);
+  const KubeletFile nr = KubeletTokenFile(
+      non_root_pod, *Named(non_root_pod["spec"]["volumes"], "wisp-token-aws-token"));
   EXPECT_TRUE(ReadableBy(nr, uid, {gid, 107}))
       << std::oct << nr.mode << " owned by " << std::dec << nr.owner << ":" << nr.group;
   ASSERT_EQ(file.owner, 0) << "the CSI node writes root-owned files; this pod's projection is not";
@@ -272,7 +275,8 @@ TEST_F(GuestTest, GuestReadsEveryRotatedTokenOverVirtiofs) {
   std::snprintf(mode_text, sizeof(mode_text), "%04o", file.mode);
 
   // 3. The token volume, written by wisp's CSI node where kubelet would mount the projection.
-  target_ = stack_->target_root() + "/pods/" + kPodUid + "/volumes/kubernetes.io~projected/irsa";
+  target_ = stack_->target_root() + "/pods/" + kPodUid +
+            "/volumes/kubernetes.io~projected/wisp-token-aws-token";
   fs::create_directories(fs::path(target_).parent_path());
   v1::IssueResponse token = IssueToken(audience, token_request.value("expirationSeconds", 3600));
   ASSERT_FALSE(token.token().empty());
@@ -301,8 +305,8 @@ TEST_F(GuestTest, GuestReadsEveryRotatedTokenOverVirtiofs) {
   EXPECT_EQ(vfs->shared_dir, mount_point);
 
   // 5. Boot, and the first read.
-  auto guest =
-      Guest::Start({.image = image_, .virtiofsd = *vfs, .tag = "irsa", .work_dir = stack_->dir()});
+  auto guest = Guest::Start(
+      {.image = image_, .virtiofsd = *vfs, .tag = "aws-token", .work_dir = stack_->dir()});
   ASSERT_TRUE(guest.ok()) << guest.status();
   guest_ = *std::move(guest);
   size_t at = 0;
@@ -335,9 +339,15 @@ TEST_F(GuestTest, GuestReadsEveryRotatedTokenOverVirtiofs) {
     EXPECT_LE(latency, kRotationGoal);
     std::this_thread::sleep_for(300ms);
   }
+  int retried = 0;
   for (const auto& e : guest_->Events()) {
     EXPECT_NE(e.kind, ConsoleEvent::kError) << "read error in the guest: " << e.text;
+    if (e.kind == ConsoleEvent::kRetried) ++retried;
   }
+  // A read that walked the old `..data` just as the writer removed the old directory finds no
+  // file (kubelet's AtomicWriter does the same); the guest re-reads once, as guest software
+  // should. Seen about once in 70 rotations under load (bench/guest).
+  std::cout << "guest: " << retried << " read(s) retried after ENOENT\n";
 
   // 7. The regression item 2 guards against: a root-owned 0600 token is unreadable for the
   // non-root virtiofsd...

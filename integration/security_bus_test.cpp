@@ -192,9 +192,11 @@ TEST_F(BusPermissionsTest, OthersCannotTouchKeysBucket) {
 // Tests that every service can reach its own buckets (permitted JetStream traffic works).
 TEST_F(BusPermissionsTest, ServicesOpenTheirOwnBuckets) {
   const std::vector<std::pair<std::string, std::string_view>> cases = {
-      {"wisp-policy", bus::buckets::kPods},         {"wisp-policy", bus::buckets::kSources},
-      {"wisp-gateway", bus::buckets::kProjections}, {"wisp-gateway", bus::buckets::kVolumes},
-      {"wisp-populator", bus::buckets::kVolumes},   {"wisp-populator", bus::buckets::kSources}};
+      {"wisp-policy", bus::buckets::kSources},
+      {"wisp-gateway", bus::buckets::kProjections},
+      {"wisp-gateway", bus::buckets::kVolumes},
+      {"wisp-populator", bus::buckets::kVolumes},
+      {"wisp-populator", bus::buckets::kSources}};
   for (const auto& [user, bucket] : cases) {
     SCOPED_TRACE(user + " " + std::string(bucket));
     auto b = Connect(user);
@@ -214,10 +216,10 @@ TEST_F(BusPermissionsTest, ServicesOpenTheirOwnBuckets) {
     ASSERT_TRUE(watch.ok()) << watch.status();
     EXPECT_TRUE(Eventually([&] { return seen.load() >= 1; }));
   }
-  // And not each other's: the gateway has no business in wisp_pods, policy none in
+  // And not each other's: the gateway has no business in wisp_sources, policy none in
   // wisp_projections.
   auto gw = Connect("wisp-gateway");
-  EXPECT_FALSE(gw->OpenBucket(bus::BucketConfig{.name = std::string(bus::buckets::kPods)}).ok());
+  EXPECT_FALSE(gw->OpenBucket(bus::BucketConfig{.name = std::string(bus::buckets::kSources)}).ok());
   auto policy = Connect("wisp-policy");
   EXPECT_FALSE(
       policy->OpenBucket(bus::BucketConfig{.name = std::string(bus::buckets::kProjections)}).ok());
@@ -496,11 +498,12 @@ bool StreamHas(NatsBus& b, const std::string& stream, const std::string& subject
 }
 
 // Tests that no service can copy the key bucket into a stream it can read (gap G2): wisp-policy
-// updates its own bucket's stream to source KV_wisp_keys (and, as a control, KV_wisp_pods), and an
+// updates its own bucket's stream to source KV_wisp_keys (and, as a control, KV_it_control), and an
 // unrestricted user of the services' account creates a stream sourcing it, also through the
 // cross-account API prefix. The control's message arrives; the key set never does, because
 // KV_wisp_keys lives in wisp-token's own account and does not exist in the services' one.
 TEST_F(BusPermissionsTest, NoStreamCanSourceTheKeyBucket) {
+  static constexpr std::string_view kControlBucket = "it_control";
   auto token = Connect("wisp-token");
   auto policy = Connect("wisp-policy");
   auto observer = Connect(kObserver);
@@ -508,10 +511,11 @@ TEST_F(BusPermissionsTest, NoStreamCanSourceTheKeyBucket) {
   auto keys = token->OpenBucket(Keys());
   ASSERT_TRUE(keys.ok()) << keys.status();
   ASSERT_TRUE((*keys)->Put("keyset", "sealed-key-set").ok());
-  auto pods = policy->OpenBucket(bus::BucketConfig{.name = std::string(bus::buckets::kPods)});
+  // The control: a bucket of the services' account that the unrestricted user makes.
+  auto control = observer->OpenBucket(bus::BucketConfig{.name = std::string(kControlBucket)});
   auto sources = policy->OpenBucket(bus::BucketConfig{.name = std::string(bus::buckets::kSources)});
-  ASSERT_TRUE(pods.ok() && sources.ok()) << pods.status() << " " << sources.status();
-  ASSERT_TRUE((*pods)->Put("marker", "sourced").ok());
+  ASSERT_TRUE(control.ok() && sources.ok()) << control.status() << " " << sources.status();
+  ASSERT_TRUE((*control)->Put("marker", "sourced").ok());
 
   // wisp-policy: STREAM.UPDATE of its own stream with the extra sources (permitted by subject).
   const std::string own = "KV_" + std::string(bus::buckets::kSources);
@@ -520,7 +524,7 @@ TEST_F(BusPermissionsTest, NoStreamCanSourceTheKeyBucket) {
   ASSERT_TRUE(info->contains("config")) << info->dump();
   nlohmann::json config = (*info)["config"];
   config["sources"] = nlohmann::json::array(
-      {{{"name", "KV_wisp_keys"}}, {{"name", "KV_" + std::string(bus::buckets::kPods)}}});
+      {{{"name", "KV_wisp_keys"}}, {{"name", "KV_" + std::string(kControlBucket)}}});
   auto updated = JsApi(*policy, "$JS.API.STREAM.UPDATE." + own, config.dump());
   ASSERT_TRUE(updated.ok()) << updated.status();
   ASSERT_FALSE(updated->contains("error")) << updated->dump();
@@ -532,14 +536,14 @@ TEST_F(BusPermissionsTest, NoStreamCanSourceTheKeyBucket) {
                           {"storage", "memory"},
                           {"sources",
                            {{{"name", "KV_wisp_keys"}, {"external", {{"api", "$JS.TOKEN.API"}}}},
-                            {{"name", "KV_" + std::string(bus::buckets::kPods)}}}}};
+                            {{"name", "KV_" + std::string(kControlBucket)}}}}};
   auto created = JsApi(*observer, "$JS.API.STREAM.CREATE.IT_STEAL", steal.dump());
   ASSERT_TRUE(created.ok()) << created.status();
   ASSERT_FALSE(created->contains("error")) << created->dump();
   steal["name"] = "IT_STEAL_LOCAL";
   steal["subjects"] = nlohmann::json::array({"it.steal-local.>"});
   steal["sources"] = nlohmann::json::array(
-      {{{"name", "KV_wisp_keys"}}, {{"name", "KV_" + std::string(bus::buckets::kPods)}}});
+      {{{"name", "KV_wisp_keys"}}, {{"name", "KV_" + std::string(kControlBucket)}}});
   created = JsApi(*observer, "$JS.API.STREAM.CREATE.IT_STEAL_LOCAL", steal.dump());
   ASSERT_TRUE(created.ok()) << created.status();
   ASSERT_FALSE(created->contains("error")) << created->dump();
@@ -548,13 +552,13 @@ TEST_F(BusPermissionsTest, NoStreamCanSourceTheKeyBucket) {
   for (const std::string& stream : {own, std::string("IT_STEAL"), std::string("IT_STEAL_LOCAL")}) {
     SCOPED_TRACE(stream);
     EXPECT_TRUE(
-        Eventually([&] { return StreamHas(*observer, stream, "$KV.wisp_pods.marker"); }, 10s))
+        Eventually([&] { return StreamHas(*observer, stream, "$KV.it_control.marker"); }, 10s))
         << "control message never sourced";
   }
   // ...and a key set written now would be copied as fast as the control was.
   ASSERT_TRUE((*keys)->Put("keyset", "sealed-key-set-2").ok());
-  ASSERT_TRUE((*pods)->Put("marker2", "sourced").ok());
-  EXPECT_TRUE(Eventually([&] { return StreamHas(*observer, own, "$KV.wisp_pods.marker2"); }, 10s));
+  ASSERT_TRUE((*control)->Put("marker2", "sourced").ok());
+  EXPECT_TRUE(Eventually([&] { return StreamHas(*observer, own, "$KV.it_control.marker2"); }, 10s));
   std::this_thread::sleep_for(300ms);
   for (const std::string& stream : {own, std::string("IT_STEAL"), std::string("IT_STEAL_LOCAL")}) {
     EXPECT_FALSE(StreamHas(*observer, stream, "$KV.wisp_keys.keyset"))

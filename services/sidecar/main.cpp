@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   config::Flags flags("wisp-sidecar", "per-pod token-url server on a unix socket");
   sidecar::AddSidecarFlags(flags, settings);
   flags.ParseOrExit(argc, argv);
+  if (settings.probe) return sidecar::Probe(settings);
   const auto fail = [](const absl::Status& st) {
     std::cerr << "wisp-sidecar: " << st.message() << "\n";
     return st.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -655,11 +655,11 @@ absl::Status BeastClient::Exchange(Call& call, Conn& conn, ParserPtr& parser, bo
     }
   }
   sent_all = true;
-  ec = read_header(call.read_timeout);
+  const std::chrono::milliseconds answer_within = r.response_timeout.value_or(call.read_timeout);
+  ec = read_header(answer_within);
   if (ec) {
-    if (ec == beast::error::timeout)
-      return call.Timeout("waiting for the response", call.read_timeout);
-    return call.IoError("reading the response from " + conn.where, ec, call.read_timeout);
+    if (ec == beast::error::timeout) return call.Timeout("waiting for the response", answer_within);
+    return call.IoError("reading the response from " + conn.where, ec, answer_within);
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,7 @@
 #include <boost/beast/http.hpp>
 
 #include "wisp/http/server.hpp"
+#include "wisp/http/testing/test_pki.hpp"
 
 namespace wisp::http {
 namespace {
@@ -101,22 +102,7 @@ class ClientTest : public ::testing::Test {
     dir_ =
         new std::string(::testing::TempDir() + "/wisp-http-client-" + std::to_string(::getpid()));
     std::filesystem::create_directories(*dir_);
-    const std::string ec = "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes ";
-    const std::string cmd =
-        "cd " + *dir_ + " && " + ec +
-        "-x509 -days 1 -subj /CN=test-ca -keyout ca-key.pem -out ca.pem 2>/dev/null && " + ec +
-        "-x509 -days 1 -subj /CN=other-ca -keyout other-key.pem -out other.pem 2>/dev/null && " +
-        ec + "-subj /CN=localhost -keyout srv-key.pem -out srv.csr 2>/dev/null && " +
-        "printf 'subjectAltName=DNS:localhost\\n' > srv.ext && "
-        "openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 1 "
-        "-extfile srv.ext -out srv.pem 2>/dev/null && " +
-        ec + "-subj /CN=client -keyout cli-key.pem -out cli.csr 2>/dev/null && " +
-        "openssl x509 -req -in cli.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 1 "
-        "-out cli.pem 2>/dev/null && " +
-        ec + "-subj /CN=stranger -keyout str-key.pem -out str.csr 2>/dev/null && " +
-        "openssl x509 -req -in str.csr -CA other.pem -CAkey other-key.pem -CAcreateserial "
-        "-days 1 -out str.pem 2>/dev/null";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    ASSERT_TRUE(testing::MakeTestPki(*dir_));
   }
   static void TearDownTestSuite() {
     std::error_code ignored;
@@ -394,6 +380,21 @@ TEST_F(ClientTest, TimesOutWithDeadlineExceeded) {
   ASSERT_FALSE(handshake.ok());
   EXPECT_EQ(handshake.status().code(), absl::StatusCode::kDeadlineExceeded) << handshake.status();
   EXPECT_TRUE(Has(handshake.status(), "TLS handshake")) << handshake.status();
+}
+
+// Tests that a request's response_timeout, not read_timeout, bounds the wait for the answer once
+// the request went out (an upload the server converts before answering).
+TEST_F(ClientTest, ResponseTimeoutBoundsTheWaitForTheAnswer) {
+  StartServer();
+  auto client = Make({.read_timeout = milliseconds(300)});
+  auto late = client->Send({.url = Url("/slow"), .response_timeout = seconds(10)});
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->body, "late");
+  auto short_wait = client->Send({.url = Url("/slow"), .response_timeout = milliseconds(300)});
+  ASSERT_FALSE(short_wait.ok());
+  EXPECT_EQ(short_wait.status().code(), absl::StatusCode::kDeadlineExceeded) << short_wait.status();
+  EXPECT_TRUE(Has(short_wait.status(), "waiting for the response timed out after 300 ms"))
+      << short_wait.status();
 }
 
 // Tests that a refused connection and a body cut short are Unavailable.

@@ -11,9 +11,16 @@ TEST(FakeClientTest, AnswersRegisteredRequestsAndRecordsThem) {
   FakeClient fake;
   fake.On("GET", "https://idp/keys", FakeClient::Ok("{}"));
   fake.On("POST", "https://sts/token", absl::UnavailableError("POST https://sts/token: down"));
+  fake.On("GET", "https://idp/gone?x=1", FakeClient::Ok("", 404));
   auto ok = fake.Send({.url = "https://idp/keys"});
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok->body, "{}");
+  EXPECT_EQ(ok->url, "https://idp/keys");
+  EXPECT_EQ(ok->method, "GET");
+  // Addressed as the real client does, so StatusOf names the (redacted) URL.
+  auto gone = fake.Send({.url = "https://idp/gone?x=1"});
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(StatusOf(*gone).message(), "HTTP 404 from https://idp/gone");
   EXPECT_EQ(fake.Send({.method = "POST", .url = "https://sts/token"}).status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(fake.Send({.url = "https://else/"}).status().code(), absl::StatusCode::kUnimplemented);
@@ -27,8 +34,8 @@ TEST(FakeClientTest, AnswersRegisteredRequestsAndRecordsThem) {
   };
   (void)fake.Send(put);
   auto seen = fake.requests();
-  ASSERT_EQ(seen.size(), 4u);
-  EXPECT_EQ(seen[3].body, "z");
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(seen[4].body, "z");
 }
 
 // Tests that Open() yields the chunks as lines and then the registered end.

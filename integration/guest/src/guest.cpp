@@ -211,6 +211,8 @@ void Guest::ReadConsole() {
         pending_read->claims = rest("WISP-CLAIMS ");
         event = std::move(pending_read);
         pending_read.reset();
+      } else if (StartsWith(line, "WISP-RETRIED")) {
+        event = ConsoleEvent{ConsoleEvent::kRetried, rest("WISP-RETRIED "), "", now};
       } else if (StartsWith(line, "WISP-ERR ")) {
         event = ConsoleEvent{ConsoleEvent::kError, rest("WISP-ERR "), "", now};
       } else if (StartsWith(line, "WISP-MOUNT-FAILED")) {

@@ -487,17 +487,19 @@ absl::StatusOr<TestCa> TestCa::Create(std::string dir, std::string name) {
   return ca;
 }
 
-absl::Status TestCa::Issue(const std::string& cert, const std::string& extensions) const {
+absl::Status TestCa::Issue(const std::string& cert, const std::string& extensions,
+                           const std::string& subject) const {
   {
     std::ofstream ext(Path(cert + ".ext"));
     ext << extensions;
   }
   const std::string cmd =
       "cd '" + dir_ + "' && openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes " +
-      "-subj '/CN=" + cert + "' -keyout '" + cert + "-key.pem' -out '" + cert +
-      ".csr' 2>/dev/null && openssl x509 -req -in '" + cert + ".csr' -CA '" + name_ +
-      ".pem' -CAkey '" + name_ + "-key.pem' -CAcreateserial -days 2 -extfile '" + cert +
-      ".ext' -out '" + cert + ".pem' 2>/dev/null";
+      "-subj '" + (subject.empty() ? "/CN=" + cert : subject) + "' -keyout '" + cert +
+      "-key.pem' -out '" + cert + ".csr' >/dev/null 2>&1 && openssl x509 -req -in '" + cert +
+      ".csr' -CA '" + name_ + ".pem' -CAkey '" + name_ +
+      "-key.pem' -CAcreateserial -days 2 -extfile '" + cert + ".ext' -out '" + cert +
+      ".pem' 2>/dev/null";
   if (std::system(cmd.c_str()) != 0) {
     return absl::InternalError("openssl: cannot issue " + cert + " from " + name_);
   }

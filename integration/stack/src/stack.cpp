@@ -47,14 +47,22 @@ absl::StatusOr<std::unique_ptr<Stack>> Stack::Start(StackOptions options) {
   }
   // A test CA and the gateway's certificate for localhost / 127.0.0.1, as scripts/local-up makes.
   const std::string pki = d + "/pki";
+  // Further names a peer dials the gateway by (the e2e suite's WISP_E2E_WEBHOOK_HOST).
+  std::string sans = "DNS:localhost,IP:127.0.0.1";
+  for (const std::string& san : stack->options_.gateway_extra_sans) {
+    const bool ip = san.find(':') != std::string::npos ||
+                    san.find_first_not_of("0123456789.") == std::string::npos;
+    sans += (ip ? ",IP:" : ",DNS:") + san;
+  }
   auto r = RunCommand(
       "cd " + pki +
       " && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
       "-subj '/CN=wisp test CA' -keyout ca-key.pem -out ca.pem"
       " && openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=wisp-gateway "
       "-keyout gateway-key.pem -out gateway.csr"
-      " && printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > "
-      "ext.cnf"
+      " && printf 'subjectAltName=" +
+      sans +
+      "\\nextendedKeyUsage=serverAuth\\n' > ext.cnf"
       " && openssl x509 -req -in gateway.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 "
       "-extfile ext.cnf -out gateway.pem");
   if (r.exit_code != 0) return absl::InternalError("making the test CA: " + r.output);

@@ -57,10 +57,6 @@ bool AdmissionInput::Is(std::string_view group, std::string_view kind) const {
   return call.kind().group() == group && call.kind().kind() == kind;
 }
 
-std::string VmiRecordKey(std::string_view ns, std::string_view vmi) {
-  return std::string(ns) + "." + std::string(vmi);
-}
-
 std::string SourceRecordKey(std::string_view ns, std::string_view kind, std::string_view name) {
   return std::string(ns) + "." + std::string(kind) + "." + std::string(name);
 }

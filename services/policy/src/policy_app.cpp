@@ -36,11 +36,10 @@ absl::StatusOr<Policy> LoadPolicySettings(const PolicySettings& s) {
 absl::StatusOr<std::unique_ptr<PolicyApp>> PolicyApp::Start(const PolicySettings& s, Policy policy,
                                                             runtime::Process& process) {
   std::unique_ptr<PolicyApp> app(new PolicyApp());
-  WISP_ASSIGN_OR_RETURN(app->pods_, process.OpenBucket({.name = std::string(bus::buckets::kPods)}));
   WISP_ASSIGN_OR_RETURN(app->sources_,
                         process.OpenBucket({.name = std::string(bus::buckets::kSources)}));
   app->metrics_ = std::make_unique<PolicyMetrics>(process.registry());
-  app->service_ = std::make_unique<PolicyService>(*app->pods_, *app->sources_, std::move(policy),
+  app->service_ = std::make_unique<PolicyService>(*app->sources_, std::move(policy),
                                                   SystemClock::Instance(), *app->metrics_);
   WISP_ASSIGN_OR_RETURN(bus::Service * micro,
                         process.RegisterService("injection and validation rules for admission"));

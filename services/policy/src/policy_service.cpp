@@ -40,10 +40,9 @@ void PolicyMetrics::Decision(const std::string& rule, const std::string& outcome
   counter->Increment();
 }
 
-PolicyService::PolicyService(bus::KeyValue& pods, bus::KeyValue& sources, Policy policy,
-                             Clock& clock, PolicyMetrics& metrics)
-    : pods_(pods),
-      sources_(sources),
+PolicyService::PolicyService(bus::KeyValue& sources, Policy policy, Clock& clock,
+                             PolicyMetrics& metrics)
+    : sources_(sources),
       clock_(clock),
       metrics_(metrics),
       policy_(std::make_shared<const Policy>(std::move(policy))) {}
@@ -68,7 +67,6 @@ bus::Reply PolicyService::Mutate(const bus::Request& request) { return Serve(req
 bus::Reply PolicyService::Validate(const bus::Request& request) { return Serve(request, false); }
 
 bus::KeyValue* PolicyService::Bucket(std::string_view name) {
-  if (name == bus::buckets::kPods) return &pods_;
   if (name == bus::buckets::kSources) return &sources_;
   return nullptr;
 }

@@ -21,13 +21,15 @@ bool VirtLauncherNeedsObject(const AdmissionInput& in, const Policy& policy) {
 constexpr std::array kPodMutate{
     Rule{.name = kRuleTokenSidecar, .evaluate = NoLookup<EvaluateTokenSidecar>},
     Rule{.name = kRuleVirtLauncher,
-         .evaluate = EvaluateVirtLauncher,
+         .evaluate = NoLookup<EvaluateVirtLauncher>,
          .needs_object = VirtLauncherNeedsObject,
          .reads = "virt-launcher pod"},
 };
 constexpr std::array kPodValidate{
     Rule{.name = kRulePodTokenAudiences, .evaluate = NoLookup<EvaluatePodTokenAudiences>}};
 constexpr std::array kPvcValidate{Rule{.name = kRulePvcSources, .evaluate = EvaluatePvc}};
+constexpr std::array kVmiMutate{
+    Rule{.name = kRuleVmiTokenAnnotations, .evaluate = NoLookup<EvaluateVmiTokenAnnotations>}};
 constexpr std::array kVmiValidate{
     Rule{.name = kRuleVmiTokenVolumes, .evaluate = NoLookup<EvaluateVmiTokenVolumes>}};
 constexpr std::array kDataVolumeValidate{
@@ -46,6 +48,7 @@ constexpr std::array kKinds{
     KindRules{.group = "kubevirt.io",
               .version = "v1",
               .kind = "VirtualMachineInstance",
+              .mutate = kVmiMutate,
               .validate = kVmiValidate},
     KindRules{.group = "cdi.kubevirt.io",
               .version = "v1beta1",

@@ -1,6 +1,7 @@
 // Rule a: the token sidecar for annotated pods (GCSFuse PR 428, adapted to wisp).
 #include <algorithm>
 #include <charconv>
+#include <tuple>
 
 #include "rules_internal.hpp"
 #include "wisp/k8s/json_writer.hpp"
@@ -320,6 +321,21 @@ void WriteSidecar(k8s::JsonWriter& w, const Sidecar& s, const Policy& policy) {
     w.EndArray();
   }
   if (s.native) w.Key("restartPolicy").String("Always");
+  // Not started (so, native, the app containers wait) and not Ready until it holds a token:
+  // wisp-sidecar publishes the expiry of the token it holds in the socket directory, and
+  // `wisp-sidecar --probe` checks it (no HTTP, no port: hostNetwork pods share the node's).
+  const std::string probe_ready = std::string("--ready-file=").append(kSocketDir).append("/ready");
+  for (const auto& [probe, period, failures] :
+       {std::tuple{"startupProbe", 1, 300}, std::tuple{"readinessProbe", 10, 3}}) {
+    w.Key(probe).BeginObject();
+    w.Key("exec").BeginObject().Key("command").BeginArray();
+    w.String("wisp-sidecar").String("--probe").String(probe_ready);
+    w.EndArray().EndObject();
+    w.Key("periodSeconds").Int(period);
+    w.Key("timeoutSeconds").Int(2);
+    w.Key("failureThreshold").Int(failures);
+    w.EndObject();
+  }
   if (!s.resources.requests.empty() || !s.resources.limits.empty()) {
     w.Key("resources").BeginObject();
     for (const auto* part : {&s.resources.requests, &s.resources.limits}) {

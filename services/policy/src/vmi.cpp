@@ -1,10 +1,14 @@
-// Rules b and c: VirtualMachineInstance token volumes (KubeVirt VEP 94, with the mechanics of the
-// serviceAccount/containerPath code that shipped) and the virt-launcher pods that serve them.
+// Rules b and c: VM tokens. A VirtualMachineInstance asks for a token with a
+// wisp.dev/token.<volume> annotation on a containerPath volume (VEP 165, in released KubeVirt) or,
+// on a KubeVirt that carries VEP 94, with a serviceAccountToken volume that rule b's mutating half
+// turns into that annotation. virt-controller copies VMI annotations onto the launcher pod, and
+// rule c serves the token from the pod alone: nothing is recorded between the two admissions, so
+// nothing is left behind for an object the API server did not store.
 #include <cmath>
 #include <set>
 
 #include "rules_internal.hpp"
-#include "wisp/bus/subjects.hpp"
+#include "wisp/k8s/json.hpp"
 #include "wisp/k8s/json_patch.hpp"
 #include "wisp/k8s/objects.hpp"
 #include "wisp/k8s/quantity.hpp"
@@ -21,6 +25,7 @@ using k8s::Json;
 struct TokenVolume {
   size_t index;
   std::string name;
+  std::string field;  // "spec.volumes[1].serviceAccount.serviceAccountToken"
   const Json* token;  // the serviceAccountToken object
 };
 
@@ -38,7 +43,7 @@ struct ContainerPathVolume {
   size_t index;
   std::string name;
   std::string path;
-  bool read_only_explicit;
+  const Json* read_only;  // nullptr when not set
 };
 
 // VEP 165's CRD schema for containerPath (MaxLength and CEL rules; the API server prints a CEL
@@ -77,11 +82,13 @@ void ValidateContainerPath(const Json& cp, const std::string& fld,
 // KubeVirt's reserved prefixes for containerPath: the launcher's own runtime directories.
 constexpr std::string_view kReservedPrefixes[] = {"/var/run/kubevirt", "/var/run/libvirt"};
 
-// vmipredicates.WantsToHaveQOSGuaranteed: cpu and memory requested, non-zero, equal to limits.
-bool WantsGuaranteedQos(const Json& vmi) {
+// vmipredicates.WantsToHaveQOSGuaranteed, read from the launcher pod: virt-controller renders
+// the VMI's requests and limits (and, for dedicated CPUs, equal ones) on the compute container,
+// so equal non-zero cpu and memory requests and limits there mean the VMI wants guaranteed QoS.
+bool ComputeWantsGuaranteedQos(const Json& compute) {
   for (const char* res : {"cpu", "memory"}) {
-    std::string req = k8s::GetString(vmi, {"spec", "domain", "resources", "requests", res});
-    std::string lim = k8s::GetString(vmi, {"spec", "domain", "resources", "limits", res});
+    std::string req = k8s::GetString(compute, {"resources", "requests", res});
+    std::string lim = k8s::GetString(compute, {"resources", "limits", res});
     auto rq = k8s::ParseQuantity(req);
     auto lq = k8s::ParseQuantity(lim);
     // Compared in milli-units: "2" and "2000m" are the same quantity (Quantity.Cmp).
@@ -94,19 +101,16 @@ bool WantsGuaranteedQos(const Json& vmi) {
 }
 
 // pkg/virtiofs/resources.go (defaults, no SupportContainerResources override): 10m/100m cpu,
-// 1M/80M memory; dedicated CPUs or guaranteed QoS raise the cpu request to the limit, guaranteed
-// QoS (which dedicated CPUs imply, as in the launcher-pod mutator) the memory request too.
-Json VirtiofsResources(const v1::VmiTokenRecord& record) {
-  const bool dedicated = record.dedicated_cpus();
-  const bool guaranteed = dedicated || record.guaranteed_qos();
+// 1M/80M memory; guaranteed QoS (which dedicated CPUs imply) raises both requests to the limits,
+// so that the pod stays Guaranteed.
+Json VirtiofsResources(bool guaranteed) {
   return {
-      {"requests",
-       {{"cpu", dedicated || guaranteed ? "100m" : "10m"}, {"memory", guaranteed ? "80M" : "1M"}}},
+      {"requests", {{"cpu", guaranteed ? "100m" : "10m"}, {"memory", guaranteed ? "80M" : "1M"}}},
       {"limits", {{"cpu", "100m"}, {"memory", "80M"}}}};
 }
 
 Json VirtiofsContainer(const std::string& volume, const std::string& image, Json args,
-                       Json data_mount, const v1::VmiTokenRecord& record) {
+                       Json data_mount, bool guaranteed) {
   return {
       {"name", "virtiofs-" + volume},
       {"image", image},
@@ -115,7 +119,7 @@ Json VirtiofsContainer(const std::string& volume, const std::string& image, Json
       {"args", std::move(args)},
       {"volumeMounts", Json::array({{{"name", kVirtiofsVolume}, {"mountPath", kVirtiofsSocketDir}},
                                     std::move(data_mount)})},
-      {"resources", VirtiofsResources(record)},
+      {"resources", VirtiofsResources(guaranteed)},
       {"securityContext",
        {{"runAsUser", 107},
         {"runAsGroup", 107},
@@ -156,22 +160,178 @@ const Json* FindVolumeMountForPath(const Json& container, const std::string& pat
   return best;
 }
 
-bool IsSupportedContainerPathVolume(const Json& volume) {
-  for (const char* type : {"configMap", "secret", "projected", "downwardAPI", "emptyDir"}) {
-    if (k8s::Find(volume, {type}) != nullptr) return true;
+// A VM token request: the value of a wisp.dev/token.<volume> annotation.
+struct TokenRequest {
+  std::string audience;  // "" = the API server's own audiences, as in a projected volume
+  int64_t expiration_seconds = 3600;
+  std::string path;
+  bool operator==(const TokenRequest&) const = default;
+};
+
+constexpr std::string_view kTokenRequestExample =
+    R"({"audience":"sts.amazonaws.com","expirationSeconds":3600,"path":"token"})";
+
+// germag's question (VEP 94 review): may a token name its own service account? No.
+constexpr std::string_view kTokenServiceAccountRule =
+    "Forbidden: a token is always for the VirtualMachineInstance's service account "
+    "(spec.serviceAccountName, or the serviceAccount volume's serviceAccountName, which the "
+    "launcher pod runs as); name it there, not per token";
+
+// The annotation value a token request stands for (dumped compact, fields in name order).
+Json TokenRequestObject(const TokenRequest& r) {
+  Json j = Json::object();
+  if (!r.audience.empty()) j["audience"] = r.audience;
+  j["expirationSeconds"] = r.expiration_seconds;
+  j["path"] = r.path;
+  return j;
+}
+std::string TokenRequestJson(const TokenRequest& r) { return TokenRequestObject(r).dump(); }
+
+// The request a VEP 94 serviceAccountToken stands for; nullopt when a field has the wrong type
+// (rule b then refuses the volume itself).
+std::optional<TokenRequest> FromServiceAccountToken(const Json& token) {
+  if (!token.is_object()) return std::nullopt;
+  const Json* audience = k8s::Find(token, {"audience"});
+  const Json* seconds = k8s::Find(token, {"expirationSeconds"});
+  const Json* path = k8s::Find(token, {"path"});
+  if ((audience != nullptr && !audience->is_null() && !audience->is_string()) ||
+      (seconds != nullptr && !seconds->is_null() && !seconds->is_number_integer()) ||
+      path == nullptr || !path->is_string()) {
+    return std::nullopt;
   }
-  return false;
+  return TokenRequest{k8s::GetString(token, {"audience"}),
+                      k8s::GetInt(token, {"expirationSeconds"}).value_or(3600),
+                      path->get<std::string>()};
 }
 
-bool HasServiceAccountTokenSource(const Json& volume) {
-  for (const auto& src : k8s::GetArray(volume, {"projected", "sources"})) {
-    if (k8s::Find(src, {"serviceAccountToken"}) != nullptr) return true;
+// Reads and checks one wisp.dev/token.<volume> value; `fld` names it as the user wrote it
+// ("metadata.annotations[wisp.dev/token.aws-token]"). nullopt, with the causes, when it is bad.
+std::optional<TokenRequest> ParseTokenRequest(const std::string& text, const std::string& fld,
+                                              const Policy& policy, const std::string& ns,
+                                              std::vector<std::string>& causes) {
+  auto parsed = k8s::ParseJson(text, fld);
+  if (!parsed.ok() || !parsed->is_object()) {
+    causes.push_back(fld + ": Invalid value: must be a JSON object such as " +
+                     std::string(kTokenRequestExample));
+    return std::nullopt;
   }
-  return false;
+  const size_t before = causes.size();
+  TokenRequest r;
+  bool has_path = false;
+  for (auto it = parsed->begin(); it != parsed->end(); ++it) {
+    const std::string f = fld + "." + it.key();
+    const Json& value = it.value();
+    if (it.key() == "audience") {
+      if (!value.is_string()) {
+        causes.push_back(f + ": Invalid value: " + value.dump() + ": must be a string");
+      } else {
+        r.audience = value.get<std::string>();
+        if (!AudienceAllowed(policy, ns, r.audience)) {
+          causes.push_back(internal::AudienceForbidden(f, r.audience, ns, policy));
+        }
+      }
+    } else if (it.key() == "expirationSeconds") {
+      if (!value.is_number_integer() ||
+          (value.is_number_unsigned() && value.get<uint64_t>() > (uint64_t{1} << 32))) {
+        causes.push_back(f + ": Invalid value: " + value.dump() +
+                         ": must be a whole number of seconds");
+        continue;
+      }
+      r.expiration_seconds = value.get<int64_t>();
+      const std::string prefix =
+          f + ": Invalid value: " + std::to_string(r.expiration_seconds) + ": must be at ";
+      if (r.expiration_seconds < 600) {
+        causes.push_back(prefix + "least 600 (10 minutes)");
+      } else if (r.expiration_seconds > policy.max_token_lifetime_seconds) {
+        causes.push_back(prefix + "most " + std::to_string(policy.max_token_lifetime_seconds) +
+                         " (the policy's maxTokenLifetime)");
+      }
+    } else if (it.key() == "path") {
+      has_path = true;
+      if (!value.is_string() || value.get<std::string>().empty()) {
+        causes.push_back(f + ": Invalid value: " + value.dump() +
+                         ": must be the token's file name in the shared directory, e.g. \"token\"");
+      } else {
+        r.path = value.get<std::string>();
+        internal::ValidateTokenPath(r.path, f, causes);
+      }
+    } else if (it.key() == "serviceAccountName") {
+      causes.push_back(f + ": " + std::string(kTokenServiceAccountRule));
+    } else {
+      causes.push_back(f +
+                       ": Unsupported field: the fields are audience, expirationSeconds and path");
+    }
+  }
+  if (!has_path) {
+    causes.push_back(fld +
+                     ".path: Required value: the token's file name in the shared directory, "
+                     "e.g. \"token\"");
+  }
+  if (causes.size() != before) return std::nullopt;
+  return r;
+}
+
+// The wisp.dev/token.* and wisp.dev/token-mount.* annotations of an object, by key.
+std::map<std::string, std::string> TokenAnnotations(const Json& obj) {
+  std::map<std::string, std::string> out;
+  const Json* annotations = k8s::Find(obj, {"metadata", "annotations"});
+  if (annotations == nullptr || !annotations->is_object()) return out;
+  for (auto it = annotations->begin(); it != annotations->end(); ++it) {
+    const std::string& key = it.key();
+    if ((key.rfind(kTokenAnnotationPrefix, 0) == 0 ||
+         key.rfind(kTokenMountAnnotationPrefix, 0) == 0) &&
+        it.value().is_string()) {
+      out[key] = it.value().get<std::string>();
+    }
+  }
+  return out;
+}
+
+std::string AnnotationField(std::string_view key) {
+  return "metadata.annotations[" + std::string(key) + "]";
+}
+
+// The token source of a VEP 94 volume: serviceAccount.serviceAccountToken, or the only
+// serviceAccountToken source of a projected volume; nullptr otherwise.
+const Json* VolumeToken(const Json& volume) {
+  if (const Json* t = k8s::Find(volume, {"serviceAccount", "serviceAccountToken"})) return t;
+  const Json& sources = k8s::GetArray(volume, {"projected", "sources"});
+  if (sources.size() == 1) return k8s::Find(sources[0], {"serviceAccountToken"});
+  return nullptr;
+}
+
+// The value of `--<flag>=` in a container's args ("" when absent).
+std::string ArgValue(const Json& container, std::string_view flag) {
+  const std::string prefix = "--" + std::string(flag) + "=";
+  for (const auto& a : k8s::GetArray(container, {"args"})) {
+    if (a.is_string() && a.get<std::string>().rfind(prefix, 0) == 0) {
+      return a.get<std::string>().substr(prefix.size());
+    }
+  }
+  return "";
+}
+
+// The container's mount at `path` (nullptr when none).
+const Json* MountAt(const Json& container, const std::string& path) {
+  for (const auto& m : k8s::GetArray(container, {"volumeMounts"})) {
+    if (k8s::GetString(m, {"mountPath"}) == path) return &m;
+  }
+  return nullptr;
+}
+
+bool SameSharedDir(std::string a, std::string b) {
+  while (a.size() > 1 && a.back() == '/') a.pop_back();
+  while (b.size() > 1 && b.back() == '/') b.pop_back();
+  return a == b;
 }
 
 constexpr std::string_view kContainerPathGateOff =
     "VMI has ContainerPath volumes but the ContainerPathVolumes feature gate is disabled";
+
+constexpr std::string_view kAnnotationFixed =
+    ": Forbidden: may not be added, changed or removed after the VirtualMachineInstance is "
+    "created (virt-controller copies it onto every launcher pod it renders, a migration "
+    "target's too)";
 
 }  // namespace
 
@@ -179,17 +339,37 @@ Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy) 
   constexpr std::string_view kRule = kRuleVmiTokenVolumes;
   if (!policy.rules.vmi_token_volumes) return Outcome(kRule, kOutcomeDisabled);
   if (!in.Is("kubevirt.io", "VirtualMachineInstance")) return Outcome(kRule, kOutcomeSkipped);
-  const std::string ns = in.Namespace();
-  const std::string name = in.Name();
-  if (in.call.operation() == "DELETE") {
-    Verdict v = Outcome(kRule, kOutcomeAllowed);
-    v.writes.push_back({std::string(bus::buckets::kPods), VmiRecordKey(ns, name), "", true});
-    return v;
-  }
-  if (in.call.operation() != "CREATE" && in.call.operation() != "UPDATE") {
+  const std::string& op = in.call.operation();
+  if ((op != "CREATE" && op != "UPDATE") || !in.object.is_object()) {
     return Outcome(kRule, kOutcomeSkipped);
   }
   const Json& vmi = in.object;
+  const auto annotations = TokenAnnotations(vmi);
+  const bool creating = op == "CREATE" || !in.old_object.is_object();
+  if (!creating) {
+    // A status or finalizer update (VMIs have no status subresource) changes neither.
+    const auto before = TokenAnnotations(in.old_object);
+    if (before != annotations) {
+      std::vector<std::string> causes;
+      std::set<std::string> keys;
+      for (const auto& [k, v] : before) keys.insert(k);
+      for (const auto& [k, v] : annotations) keys.insert(k);
+      for (const auto& k : keys) {
+        auto b = before.find(k);
+        auto a = annotations.find(k);
+        if (b == before.end() || a == annotations.end() || a->second != b->second) {
+          causes.push_back(AnnotationField(k) + std::string(kAnnotationFixed));
+        }
+      }
+      return Deny(kRule, causes, 422, "Invalid");
+    }
+    const Json* spec = k8s::Find(vmi, {"spec"});
+    const Json* old_spec = k8s::Find(in.old_object, {"spec"});
+    if ((spec == nullptr) == (old_spec == nullptr) && (spec == nullptr || *spec == *old_spec)) {
+      return Outcome(kRule, kOutcomeSkipped);
+    }
+  }
+  const std::string ns = in.Namespace();
   const Json& volumes = k8s::GetArray(vmi, {"spec", "volumes"});
   std::vector<std::string> causes;
   std::map<std::string, size_t> names;
@@ -221,19 +401,26 @@ Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy) 
       if (const Json* token = k8s::Find(*sa, {"serviceAccountToken"})) {
         const std::string tf = fld + ".serviceAccount.serviceAccountToken";
         internal::ValidateServiceAccountToken(*token, tf, tf + ".path", policy, ns, causes);
-        tokens.push_back({i, vname, token});
+        if (k8s::Find(*token, {"serviceAccountName"}) != nullptr) {
+          causes.push_back(tf + ".serviceAccountName: " + std::string(kTokenServiceAccountRule));
+        }
+        tokens.push_back({i, vname, tf, token});
       }
     }
     if (const Json* cp = k8s::Find(vol, {"containerPath"})) {
       ValidateContainerPath(*cp, fld + ".containerPath", causes);
       const Json* ro = k8s::Find(*cp, {"readOnly"});
       container_paths.push_back({i, vname, k8s::GetString(*cp, {"path"}),
-                                 ro != nullptr && ro->is_boolean() && ro->get<bool>()});
+                                 ro != nullptr && !ro->is_null() ? ro : nullptr});
     }
     if (const Json* projected = k8s::Find(vol, {"projected"})) {
       const std::string pf = fld + ".projected";
       const Json& sources = k8s::GetArray(*projected, {"sources"});
       if (sources.empty()) causes.push_back(pf + ".sources: Required value");
+      if (sources.size() > 1) {
+        causes.push_back(pf + ".sources: Too many: " + std::to_string(sources.size()) +
+                         ": must have at most 1 item (one virtiofs tag serves one token)");
+      }
       if (const Json* mode = k8s::Find(*projected, {"defaultMode"});
           mode != nullptr && mode->is_number_integer() &&
           (mode->get<int64_t>() < 0 || mode->get<int64_t>() > 0777)) {
@@ -253,10 +440,13 @@ Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy) 
           continue;
         }
         const Json& token = sources[j]["serviceAccountToken"];
+        const std::string tf = sf + ".serviceAccountToken";
         // Kubernetes reports a missing path on the projected volume, not on the source.
-        internal::ValidateServiceAccountToken(token, sf + ".serviceAccountToken", pf + ".path",
-                                              policy, ns, causes);
-        tokens.push_back({i, vname, &token});
+        internal::ValidateServiceAccountToken(token, tf, pf + ".path", policy, ns, causes);
+        if (k8s::Find(token, {"serviceAccountName"}) != nullptr) {
+          causes.push_back(tf + ".serviceAccountName: " + std::string(kTokenServiceAccountRule));
+        }
+        tokens.push_back({i, vname, tf, &token});
       }
     }
   }
@@ -266,10 +456,10 @@ Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy) 
   // disk is a frozen ISO that never sees a rotated token.
   const Json& disks = k8s::GetArray(vmi, {"spec", "domain", "devices", "disks"});
   const Json& filesystems = k8s::GetArray(vmi, {"spec", "domain", "devices", "filesystems"});
-  std::set<std::string> token_names;
-  for (const auto& t : tokens) token_names.insert(t.name);
-  std::set<std::string> container_path_names;
-  for (const auto& c : container_paths) container_path_names.insert(c.name);
+  std::map<std::string, const TokenVolume*> token_volumes;
+  for (const auto& t : tokens) token_volumes.emplace(t.name, &t);
+  std::map<std::string, const ContainerPathVolume*> container_path_volumes;
+  for (const auto& c : container_paths) container_path_volumes.emplace(c.name, &c);
   for (size_t i = 0; i < volumes.size(); ++i) {
     const Json& vol = volumes[i];
     if (k8s::Find(vol, {"memoryDump"}) != nullptr) continue;
@@ -301,7 +491,7 @@ Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy) 
          k8s::Find(vol, {"dataVolume"}) != nullptr)) {
       causes.push_back("virtiofs is not allowed: virtiofs feature gate is not enabled for PVC");
     }
-    if (token_names.count(vname) != 0) {
+    if (token_volumes.count(vname) != 0) {
       if (disk != nullptr) {
         causes.push_back("ServiceAccount token volume '" + vname +
                          "' must be mapped to a filesystem, not a disk");
@@ -323,7 +513,7 @@ Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy) 
       causes.push_back(ff + ".name '" + fname +
                        "' must be at most 36 bytes: it is the virtiofs tag the guest mounts");
     }
-    if ((token_names.count(fname) != 0 || container_path_names.count(fname) != 0) &&
+    if ((token_volumes.count(fname) != 0 || container_path_volumes.count(fname) != 0) &&
         k8s::Find(filesystems[k], {"virtiofs"}) == nullptr) {
       causes.push_back(ff + ".virtiofs is a required field");
     }
@@ -343,7 +533,88 @@ Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy) 
                        " must reference the same service account");
     }
   }
+
+  // The token requests: each names a containerPath volume (or is a VEP 94 volume's).
+  std::map<std::string, TokenRequest> requests;  // by volume
+  for (const auto& [key, value] : annotations) {
+    if (key.rfind(kTokenAnnotationPrefix, 0) != 0) continue;
+    const std::string volume = key.substr(kTokenAnnotationPrefix.size());
+    const std::string af = AnnotationField(key);
+    if (auto t = token_volumes.find(volume); t != token_volumes.end()) {
+      // A VEP 94 volume's: its own checks above speak for the content; this must only agree.
+      auto wanted = FromServiceAccountToken(*t->second->token);
+      if (!wanted) continue;
+      requests[volume] = *wanted;
+      auto parsed = k8s::ParseJson(value, af);
+      if (!parsed.ok() || *parsed != TokenRequestObject(*wanted)) {
+        causes.push_back(af + ": Invalid value: must be " + TokenRequestJson(*wanted) + ", what " +
+                         t->second->field + " asks for (wisp writes it from there)");
+      }
+      continue;
+    }
+    auto request = ParseTokenRequest(value, af, policy, ns, causes);
+    if (request) requests[volume] = *request;
+    auto it = names.find(volume);
+    if (it == names.end()) {
+      causes.push_back(af + ": Not found: spec.volumes has no volume " + k8s::Quote(volume));
+      continue;
+    }
+    auto c = container_path_volumes.find(volume);
+    if (c == container_path_volumes.end()) {
+      causes.push_back(af + ": Invalid value: " + Index(vf, it->second) + " (" +
+                       k8s::Quote(volume) +
+                       ") is not a containerPath volume: the token is served to the guest from "
+                       "the path a containerPath volume names");
+      continue;
+    }
+    if (c->second->read_only == nullptr) {
+      causes.push_back(Index(vf, it->second) + ".containerPath.readOnly: Required value: must be " +
+                       "true for " + key + " (KubeVirt serves only read-only containerPath " +
+                       "volumes)");
+    }
+  }
+  for (const auto& [key, value] : annotations) {
+    if (key.rfind(kTokenMountAnnotationPrefix, 0) != 0) continue;
+    const std::string volume = key.substr(kTokenMountAnnotationPrefix.size());
+    const std::string token_key = std::string(kTokenAnnotationPrefix) + volume;
+    if (annotations.count(token_key) == 0 || container_path_volumes.count(volume) == 0) {
+      causes.push_back(AnnotationField(key) +
+                       ": Forbidden: wisp writes it, for a containerPath volume that a " +
+                       token_key + " annotation names; remove it");
+    }
+  }
   if (!causes.empty()) return Deny(kRule, causes, 422, "Invalid");
+
+  // What wisp's mutating webhook (EvaluateVmiTokenAnnotations) writes at CREATE: without it the
+  // launcher pod would not learn of the token, or where it goes.
+  if (creating) {
+    for (const auto& t : tokens) {
+      const std::string key = std::string(kTokenAnnotationPrefix) + t.name;
+      if (annotations.count(key) == 0) {
+        causes.push_back(t.field + ": annotation " + key +
+                         " is missing: wisp's mutating webhook for VirtualMachineInstances did "
+                         "not run, and without it the launcher pod never gets this token "
+                         "(install the chart's virtualmachineinstances mutating webhook)");
+      }
+    }
+    for (const auto& [volume, request] : requests) {
+      auto c = container_path_volumes.find(volume);
+      if (c == container_path_volumes.end()) continue;
+      const std::string key = std::string(kTokenMountAnnotationPrefix) + volume;
+      auto it = annotations.find(key);
+      if (it == annotations.end() || it->second != c->second->path) {
+        causes.push_back(AnnotationField(key) + ": " +
+                         (it == annotations.end() ? "Required value"
+                                                  : "Invalid value: " + k8s::Quote(it->second)) +
+                         ": wisp's mutating webhook for VirtualMachineInstances writes the "
+                         "containerPath " +
+                         k8s::Quote(c->second->path) +
+                         " there and did not run (install the chart's virtualmachineinstances "
+                         "mutating webhook)");
+      }
+    }
+    if (!causes.empty()) return Deny(kRule, causes, 422, "Invalid");
+  }
 
   Verdict v = Outcome(kRule, kOutcomeAllowed);
   if (!container_paths.empty() && !policy.feature_gates.container_path_volumes) {
@@ -352,43 +623,62 @@ Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy) 
     v.warnings.push_back("wisp: " + std::string(kContainerPathGateOff) +
                          " (policy featureGates); its virt-launcher pod will be refused");
   }
-  if (tokens.empty() && container_paths.empty()) return v;
-  v1::VmiTokenRecord record;
-  record.set_namespace_(ns);
-  record.set_name(name);
-  record.set_uid(k8s::GetString(vmi, {"metadata", "uid"}));
-  record.set_service_account_name(spec_sa.empty() ? sa_volume_name : spec_sa);
-  record.set_admitted_unix(in.now_unix);
   std::string summary;
-  for (const auto& t : tokens) {
-    auto* tv = record.add_volumes();
-    tv->set_name(t.name);
-    tv->set_audience(k8s::GetString(*t.token, {"audience"}));
-    tv->set_expiration_seconds(k8s::GetInt(*t.token, {"expirationSeconds"}).value_or(3600));
-    tv->set_path(k8s::GetString(*t.token, {"path"}));
+  for (const auto& [volume, request] : requests) {
     if (!summary.empty()) summary += ",";
-    summary += t.name;
+    summary += volume;
   }
-  std::string cp_summary;
-  for (const auto& c : container_paths) {
-    auto* cv = record.add_container_path_volumes();
-    cv->set_name(c.name);
-    cv->set_path(c.path);
-    cv->set_read_only_explicit(c.read_only_explicit);
-    if (!cp_summary.empty()) cp_summary += ",";
-    cp_summary += c.name;
-  }
-  record.set_dedicated_cpus(k8s::GetBool(vmi, {"spec", "domain", "cpu", "dedicatedCpuPlacement"}));
-  record.set_guaranteed_qos(WantsGuaranteedQos(vmi));
-  v.writes.push_back({std::string(bus::buckets::kPods), VmiRecordKey(ns, name),
-                      record.SerializeAsString(), false});
   if (!summary.empty()) v.audit_annotations["vmi-token-volumes"] = summary;
-  if (!cp_summary.empty()) v.audit_annotations["vmi-containerpath-volumes"] = cp_summary;
   return v;
 }
 
-Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
-                             const RecordLookup& lookup) {
+Verdict EvaluateVmiTokenAnnotations(const AdmissionInput& in, const Policy& policy) {
+  constexpr std::string_view kRule = kRuleVmiTokenAnnotations;
+  if (!policy.rules.vmi_token_volumes) return Outcome(kRule, kOutcomeDisabled);
+  if (!in.Is("kubevirt.io", "VirtualMachineInstance") || in.call.operation() != "CREATE" ||
+      !in.object.is_object()) {
+    return Outcome(kRule, kOutcomeSkipped);
+  }
+  const Json& vmi = in.object;
+  const auto annotations = TokenAnnotations(vmi);
+  std::map<std::string, std::string> writes;
+  for (const auto& vol : k8s::GetArray(vmi, {"spec", "volumes"})) {
+    const std::string name = k8s::GetString(vol, {"name"});
+    if (name.empty()) continue;
+    const std::string token_key = std::string(kTokenAnnotationPrefix) + name;
+    if (const Json* token = VolumeToken(vol)) {
+      // A user's own annotation stays: rule b refuses it unless it says the same.
+      auto request = FromServiceAccountToken(*token);
+      if (request && annotations.count(token_key) == 0) {
+        writes[token_key] = TokenRequestJson(*request);
+      }
+    }
+    const Json* path = k8s::Find(vol, {"containerPath", "path"});
+    if (path != nullptr && path->is_string() && annotations.count(token_key) != 0) {
+      const std::string mount_key = std::string(kTokenMountAnnotationPrefix) + name;
+      auto it = annotations.find(mount_key);
+      if (it == annotations.end() || it->second != path->get<std::string>()) {
+        writes[mount_key] = path->get<std::string>();
+      }
+    }
+  }
+  if (writes.empty()) return Outcome(kRule, kOutcomeAllowed);
+  Json out = vmi;
+  Json& out_annotations = k8s::EnsureObject(out, {"metadata", "annotations"});
+  std::string summary;
+  for (const auto& [key, value] : writes) {
+    out_annotations[key] = value;
+    if (!summary.empty()) summary += ",";
+    summary += key;
+  }
+  Verdict v = Outcome(kRule, kOutcomeMutated);
+  v.patch = k8s::Diff(vmi, out).dump();
+  v.mutated = std::move(out);
+  v.audit_annotations["vmi-token-annotations"] = summary;
+  return v;
+}
+
+Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy) {
   constexpr std::string_view kRule = kRuleVirtLauncher;
   if (!policy.rules.virt_launcher) return Outcome(kRule, kOutcomeDisabled);
   if (!internal::IsVirtLauncherPod(in) || in.call.operation() != "CREATE" ||
@@ -396,152 +686,168 @@ Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
     return Outcome(kRule, kOutcomeSkipped);
   }
   const Json& pod = in.object;
-  const std::string ns = in.Namespace();
-  std::string vmi_name;
-  for (const auto& owner : k8s::GetArray(pod, {"metadata", "ownerReferences"})) {
-    if (k8s::GetString(owner, {"kind"}) == "VirtualMachineInstance") {
-      vmi_name = k8s::GetString(owner, {"name"});
+  // Everything comes from the pod: virt-controller copied the VMI's annotations onto it.
+  const auto annotations = TokenAnnotations(pod);
+  std::vector<std::pair<std::string, std::string>> requests;  // volume, annotation value
+  bool container_path = false;
+  for (const auto& [key, value] : annotations) {
+    if (key.rfind(kTokenAnnotationPrefix, 0) == 0) {
+      requests.emplace_back(key.substr(kTokenAnnotationPrefix.size()), value);
+    } else {
+      container_path = true;  // a wisp.dev/token-mount.<volume>
     }
   }
-  // Every failure path allows the pod unchanged, as KubeVirt's launcher-pod mutator does.
-  if (vmi_name.empty()) {
-    Verdict v = Outcome(kRule, kOutcomeAllowed);
-    v.warnings.push_back(
-        "wisp: virt-launcher pod has no VirtualMachineInstance owner; token "
-        "volumes not injected");
-    return v;
-  }
-  auto raw = lookup(bus::buckets::kPods, VmiRecordKey(ns, vmi_name));
-  if (!raw.ok() || !raw->has_value()) {
-    Verdict v = Outcome(kRule, raw.ok() ? kOutcomeAllowed : kOutcomeError);
-    v.warnings.push_back("wisp: no token-volume record for VirtualMachineInstance " + ns + "/" +
-                         vmi_name +
-                         (raw.ok() ? "" : " (" + std::string(raw.status().message()) + ")") +
-                         "; token volumes not injected");
-    return v;
-  }
-  v1::VmiTokenRecord record;
-  if (!record.ParseFromString(**raw)) {
-    Verdict v = Outcome(kRule, kOutcomeError);
-    v.warnings.push_back("wisp: the token-volume record for VirtualMachineInstance " + ns + "/" +
-                         vmi_name + " is unreadable; token volumes not injected");
-    return v;
-  }
-  if (record.container_path_volumes_size() > 0 && !policy.feature_gates.container_path_volumes) {
+  if (requests.empty()) return Outcome(kRule, kOutcomeAllowed);
+  if (container_path && !policy.feature_gates.container_path_volumes) {
     // virt-controller's lifecycle.go blocks the pod (event ContainerPathVolumesDisabled).
     return Deny(kRule, {std::string(kContainerPathGateOff)}, 403, "Forbidden");
   }
-  Verdict v;
   Json out = pod;
   Json& containers = k8s::EnsureArray(out, {"spec", "containers"});
-  Json* compute = nullptr;
-  for (auto& c : containers) {
-    if (k8s::GetString(c, {"name"}) == "compute") compute = &c;
+  size_t compute_index = containers.size();
+  for (size_t i = 0; i < containers.size(); ++i) {
+    if (k8s::GetString(containers[i], {"name"}) == "compute") compute_index = i;
   }
-  std::string image = compute != nullptr ? k8s::GetString(*compute, {"image"}) : "";
-  if (compute == nullptr || image.empty()) {
-    Verdict w = Outcome(kRule, kOutcomeAllowed);
-    w.warnings.push_back(
-        "wisp: virt-launcher pod has no compute container; token volumes not "
-        "injected");
-    return w;
+  const std::string image =
+      compute_index < containers.size() ? k8s::GetString(containers[compute_index], {"image"}) : "";
+  if (image.empty()) {
+    return Deny(kRule,
+                {"virt-launcher pod has no compute container with an image: the tokens its "
+                 "wisp.dev/token.* annotations ask for cannot be served"},
+                403, "Forbidden");
   }
+  const bool guaranteed = ComputeWantsGuaranteedQos(containers[compute_index]);
+  const std::string ns = in.Namespace();
   Json& volumes = k8s::EnsureArray(out, {"spec", "volumes"});
-  // A projected serviceAccountToken needs the pod's serviceAccountName (Kubernetes forbids it
-  // otherwise); KubeVirt renders the VMI's service account there.
-  if (record.volumes_size() > 0 && k8s::GetString(out, {"spec", "serviceAccountName"}).empty() &&
-      !record.service_account_name().empty()) {
-    out["spec"]["serviceAccountName"] = record.service_account_name();
-  }
-  std::vector<Json> sidecars;
+  std::vector<std::string> causes;
+  std::vector<Json> added;
   std::string injected;
-  auto add = [&](const std::string& volume, Json container) {
-    sidecars.push_back(std::move(container));
+  std::string rewritten;
+  for (const auto& [volume, text] : requests) {
+    const std::string key = std::string(kTokenAnnotationPrefix) + volume;
+    auto request = ParseTokenRequest(text, AnnotationField(key), policy, ns, causes);
+    if (!request) continue;
+    const std::string token_volume = std::string(kTokenVolumePrefix) + volume;
+    const std::string container_name = "virtiofs-" + volume;
+    const std::string data_dir = "/virtiofs-data/" + volume;
+    Json& compute = containers[compute_index];
+
+    // 1. The projected token (the API server may have defaulted defaultMode since: compare the
+    //    token only).
+    Json source = {{"expirationSeconds", request->expiration_seconds}, {"path", request->path}};
+    if (!request->audience.empty()) source["audience"] = request->audience;
+    if (const Json* existing = k8s::FindNamed(volumes, token_volume)) {
+      const Json& sources = k8s::GetArray(*existing, {"projected", "sources"});
+      const Json* token =
+          sources.size() == 1 ? k8s::Find(sources[0], {"serviceAccountToken"}) : nullptr;
+      if (token == nullptr || *token != source) {
+        causes.push_back("spec.volumes: volume " + k8s::Quote(token_volume) +
+                         " exists and is not the token " + key + " asks for");
+        continue;
+      }
+    } else {
+      volumes.push_back(
+          {{"name", token_volume},
+           {"projected", {{"sources", Json::array({{{"serviceAccountToken", source}}})}}}});
+    }
+
+    // 2. The virtiofs container: wisp's (again), virt-controller's VEP 94 one, or someone else's.
+    Json* existing = nullptr;
+    for (auto& c : containers) {
+      if (k8s::GetString(c, {"name"}) == container_name) existing = &c;
+    }
+    if (existing != nullptr) {
+      const std::string shared = ArgValue(*existing, "shared-dir");
+      const Json* data = MountAt(*existing, data_dir);
+      if (SameSharedDir(shared, data_dir) && data != nullptr &&
+          k8s::GetString(*data, {"name"}) == token_volume) {
+        continue;  // wisp's own, from an earlier pass
+      }
+      if (SameSharedDir(shared, std::string(kServiceAccountSharedDir))) {
+        // virt-controller's container for a VEP 94 serviceAccount volume shares the pod's
+        // API-audience token: point it at the requested one instead.
+        for (auto& a : (*existing)["args"]) {
+          if (a.is_string() && a.get<std::string>().rfind("--shared-dir=", 0) == 0) {
+            a = "--shared-dir=" + data_dir;
+          }
+        }
+        const Json translate = "--translate-uid=host:107:0:1";
+        bool has_translate = false;
+        for (const auto& a : (*existing)["args"]) has_translate = has_translate || a == translate;
+        if (!has_translate) (*existing)["args"].push_back(translate);
+        if (data == nullptr) {
+          k8s::EnsureArray(*existing, {"volumeMounts"})
+              .push_back({{"name", token_volume}, {"mountPath", data_dir}, {"readOnly", true}});
+        }
+        if (!rewritten.empty()) rewritten += ",";
+        rewritten += container_name;
+        continue;
+      }
+      const std::string source_volume = data != nullptr ? k8s::GetString(*data, {"name"}) : "";
+      causes.push_back(
+          "container " + container_name + " already exists and shares " +
+          (source_volume.empty() ? k8s::Quote(shared) : "volume " + k8s::Quote(source_volume)) +
+          ", not " + k8s::Quote(token_volume) + " that " + key +
+          " asks for (KubeVirt's launcher-pod mutator renders it for a mount another webhook "
+          "made at the containerPath): wisp does not serve a second token under one tag; use "
+          "another containerPath path or drop one of the two");
+      continue;
+    }
+
+    // 3. The compute mount at the containerPath (wisp.dev/token-mount.<volume>), unless another
+    //    webhook already put something there.
+    if (auto mp = annotations.find(std::string(kTokenMountAnnotationPrefix) + volume);
+        mp != annotations.end()) {
+      const std::string& path = mp->second;
+      std::string sub_path;
+      const Json* covering = FindVolumeMountForPath(compute, path, &sub_path);
+      if (covering == nullptr) {
+        k8s::EnsureArray(compute, {"volumeMounts"})
+            .push_back({{"name", token_volume}, {"mountPath", path}, {"readOnly", true}});
+      } else if (k8s::GetString(*covering, {"name"}) != token_volume || !sub_path.empty()) {
+        causes.push_back(
+            "the compute container already mounts volume " +
+            k8s::Quote(k8s::GetString(*covering, {"name"})) + " at " +
+            k8s::Quote(k8s::GetString(*covering, {"mountPath"})) + ", which " +
+            (sub_path.empty() ? "is" : "covers") + " the containerPath " + k8s::Quote(path) +
+            " of " + key +
+            " (another webhook, e.g. the EKS pod identity webhook, injected it): wisp does not "
+            "put a second token at that path; use another containerPath path or drop one of "
+            "the two");
+        continue;
+      }
+    }
+    // KubeVirt's launcher-pod mutator renders the same container for a containerPath (it skips
+    // a volume whose container exists, so whichever runs first, this one stands).
+    added.push_back(VirtiofsContainer(
+        volume, image, VirtiofsArgs(volume, true),
+        {{"name", token_volume}, {"mountPath", data_dir}, {"readOnly", true}}, guaranteed));
     if (!injected.empty()) injected += ",";
-    injected += "virtiofs-" + volume;
-  };
-  // The socket directory the compute container's libvirt connects to (KubeVirt's withVirtioFS).
-  auto ensure_socket_dir = [&]() {
+    injected += container_name;
+  }
+  if (!causes.empty()) return Deny(kRule, causes, 403, "Forbidden");
+  if (!added.empty()) {
+    // The socket directory the compute container's libvirt connects to (KubeVirt's withVirtioFS).
+    Json& compute = containers[compute_index];
     if (k8s::FindNamed(volumes, kVirtiofsVolume) == nullptr) {
       volumes.push_back({{"name", kVirtiofsVolume}, {"emptyDir", Json::object()}});
     }
     bool compute_mounted = false;
-    for (const auto& m : k8s::GetArray(*compute, {"volumeMounts"})) {
+    for (const auto& m : k8s::GetArray(compute, {"volumeMounts"})) {
       if (k8s::GetString(m, {"name"}) == kVirtiofsVolume) compute_mounted = true;
     }
     if (!compute_mounted) {
-      k8s::EnsureArray(*compute, {"volumeMounts"})
+      k8s::EnsureArray(compute, {"volumeMounts"})
           .push_back({{"name", kVirtiofsVolume}, {"mountPath", kVirtiofsSocketDir}});
     }
-  };
-  if (record.volumes_size() > 0) ensure_socket_dir();
-  for (const auto& tv : record.volumes()) {
-    const std::string container = "virtiofs-" + tv.name();
-    const Json* existing = k8s::FindNamed(volumes, tv.name());
-    if (existing != nullptr && k8s::Find(*existing, {"projected"}) == nullptr) {
-      v.warnings.push_back("wisp: pod volume " + k8s::Quote(tv.name()) +
-                           " exists and is not a projected volume; token volume skipped");
-      continue;
-    }
-    if (existing == nullptr) {
-      Json token = {{"expirationSeconds", tv.expiration_seconds()}, {"path", tv.path()}};
-      if (!tv.audience().empty()) token["audience"] = tv.audience();
-      volumes.push_back(
-          {{"name", tv.name()},
-           {"projected", {{"sources", Json::array({{{"serviceAccountToken", token}}})}}}});
-    }
-    if (k8s::FindNamed(containers, container) != nullptr) continue;  // idempotent
-    add(tv.name(),
-        VirtiofsContainer(
-            tv.name(), image, VirtiofsArgs(tv.name(), true),
-            {{"name", tv.name()}, {"mountPath", "/virtiofs-data/" + tv.name()}, {"readOnly", true}},
-            record));
+    for (auto& c : added) containers.push_back(std::move(c));
   }
-  // VEP 165: what the virt-api launcher-pod mutator adds, after other webhooks (IRSA, Vault) have
-  // injected the volumes the paths point into. Each skip is a warning; the pod is still allowed.
-  for (const auto& cp : record.container_path_volumes()) {
-    const std::string container = "virtiofs-" + cp.name();
-    if (k8s::FindNamed(containers, container) != nullptr) continue;  // idempotent
-    if (!cp.read_only_explicit()) {
-      v.warnings.push_back("wisp: ContainerPath volume " + cp.name() +
-                           " does not have readOnly=true; skipping virtiofs container");
-      continue;
-    }
-    std::string sub_path;
-    const Json* mount = FindVolumeMountForPath(*compute, cp.path(), &sub_path);
-    if (mount == nullptr) {
-      v.warnings.push_back("wisp: No volumeMount found for containerPath " + cp.path() +
-                           " in volume " + cp.name());
-      continue;
-    }
-    const std::string pod_volume = k8s::GetString(*mount, {"name"});
-    const Json* backing = k8s::FindNamed(volumes, pod_volume);
-    if (backing == nullptr) {
-      v.warnings.push_back("wisp: Pod volume " + pod_volume +
-                           " not found for containerPath volume " + cp.name());
-      continue;
-    }
-    if (!IsSupportedContainerPathVolume(*backing)) {
-      v.warnings.push_back("wisp: Pod volume " + pod_volume +
-                           " has unsupported type for containerPath volume " + cp.name() +
-                           "; supported types are: ConfigMap, Secret, Projected, DownwardAPI, "
-                           "EmptyDir");
-      continue;
-    }
-    Json data_mount = {{"name", pod_volume}, {"mountPath", "/virtiofs-data/" + cp.name()}};
-    if (!sub_path.empty()) data_mount["subPath"] = sub_path;
-    data_mount["readOnly"] = true;
-    add(cp.name(),
-        VirtiofsContainer(cp.name(), image,
-                          VirtiofsArgs(cp.name(), HasServiceAccountTokenSource(*backing)),
-                          std::move(data_mount), record));
-  }
-  if (!sidecars.empty()) ensure_socket_dir();
-  for (auto& s : sidecars) containers.push_back(std::move(s));
+  Verdict v;
   const Json patch = k8s::Diff(pod, out);
   v.rule_outcomes[std::string(kRule)] =
       std::string(patch.empty() ? kOutcomeAllowed : kOutcomeMutated);
   if (!injected.empty()) v.audit_annotations["virtiofs-containers"] = injected;
+  if (!rewritten.empty()) v.audit_annotations["virtiofs-containers-rewritten"] = rewritten;
   if (!patch.empty()) {
     v.patch = patch.dump();
     v.mutated = std::move(out);

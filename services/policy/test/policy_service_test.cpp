@@ -5,24 +5,28 @@
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/bus/testing/in_memory_bus.hpp"
+#include "wisp/k8s/json_patch.hpp"
 #include "wisp/status/fake_clock.hpp"
 
 namespace wisp::policy {
 namespace {
 
 using namespace std::chrono_literals;
+using k8s::Json;
 
 constexpr const char* kVmi = R"({"metadata":{"name":"s3-vm","namespace":"vms"},
   "spec":{"domain":{"devices":{"filesystems":[{"name":"irsa","virtiofs":{}}]}},
     "volumes":[{"name":"irsa","serviceAccount":{"serviceAccountName":"s3-reader",
       "serviceAccountToken":{"audience":"sts.amazonaws.com","path":"token"}}}]}})";
+// Rule e records every PVC it admits (wisp_sources).
+constexpr const char* kPvc = R"({"metadata":{"name":"s3-vm","namespace":"vms"},
+  "spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}})";
 
 class PolicyServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    pods_ = *bus_.OpenBucket({.name = std::string(bus::buckets::kPods)});
     sources_ = *bus_.OpenBucket({.name = std::string(bus::buckets::kSources)});
-    service_ = std::make_unique<PolicyService>(*pods_, *sources_, Policy{}, clock_, metrics_);
+    service_ = std::make_unique<PolicyService>(*sources_, Policy{}, clock_, metrics_);
     micro_ = *bus::Service::Start(bus_, {.name = "wisp-policy", .version = "0.1.0"});
     ASSERT_TRUE(service_->AddEndpoints(*micro_).ok());
   }
@@ -57,41 +61,60 @@ class PolicyServiceTest : public ::testing::Test {
   bus::testing::InMemoryBus bus_{clock_};
   prometheus::Registry registry_;
   PolicyMetrics metrics_{registry_};
-  bus::KeyValuePtr pods_;
   bus::KeyValuePtr sources_;
   std::unique_ptr<PolicyService> service_;
   std::unique_ptr<bus::Service> micro_;
 };
 
-// Tests that a validate call over the bus records the VMI, and a dry run records nothing.
+// Tests that a validate call over the bus records the PVC, and a dry run records nothing.
 TEST_F(PolicyServiceTest, ValidateRecordsUnlessDryRun) {
-  auto dry = bus::Call<v1::AdmissionVerdict>(
-      bus_, bus::subjects::kPolicyValidate,
-      Call("kubevirt.io", "VirtualMachineInstance", kVmi, true), 1s);
+  auto dry = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
+                                             Call("", "PersistentVolumeClaim", kPvc, true), 1s);
   ASSERT_TRUE(dry.ok()) << dry.status();
   EXPECT_TRUE(dry->allowed());
-  EXPECT_TRUE(absl::IsNotFound(pods_->Get("vms.s3-vm").status()));
+  EXPECT_TRUE(absl::IsNotFound(sources_->Get("vms.PersistentVolumeClaim.s3-vm").status()));
 
-  auto real =
-      bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
-                                      Call("kubevirt.io", "VirtualMachineInstance", kVmi), 1s);
+  auto real = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
+                                              Call("", "PersistentVolumeClaim", kPvc), 1s);
   ASSERT_TRUE(real.ok()) << real.status();
-  auto entry = pods_->Get("vms.s3-vm");
+  auto entry = sources_->Get("vms.PersistentVolumeClaim.s3-vm");
   ASSERT_TRUE(entry.ok()) << entry.status();
-  v1::VmiTokenRecord record;
+  v1::PopulationRecord record;
   ASSERT_TRUE(record.ParseFromString(entry->value));
-  EXPECT_EQ(record.volumes(0).audience(), "sts.amazonaws.com");
-  EXPECT_EQ(Decisions("vmi_token_volumes", "allowed"), 2);
+  EXPECT_EQ(record.name(), "s3-vm");
+  EXPECT_EQ(Decisions("pvc_sources", "allowed"), 2);
 }
 
-// Tests that the recorded VMI drives the launcher-pod mutation through the bus.
-TEST_F(PolicyServiceTest, MutatesLauncherFromRecord) {
-  ASSERT_TRUE(bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
-                                              Call("kubevirt.io", "VirtualMachineInstance", kVmi),
-                                              1s)
-                  .ok());
+// Tests that a VMI's token request travels on the VMI (mutate adds the annotation, validate
+// allows it) and nothing is written to KV.
+TEST_F(PolicyServiceTest, VmiTokenWritesNothing) {
+  auto mutated = bus::Call<v1::AdmissionVerdict>(
+      bus_, bus::subjects::kPolicyMutate, Call("kubevirt.io", "VirtualMachineInstance", kVmi), 1s);
+  ASSERT_TRUE(mutated.ok()) << mutated.status();
+  ASSERT_TRUE(mutated->allowed());
+  auto vmi = k8s::ApplyPatch(Json::parse(kVmi), std::string_view(mutated->patch()));
+  ASSERT_TRUE(vmi.ok()) << vmi.status();
+  EXPECT_EQ((*vmi)["metadata"]["annotations"]["wisp.dev/token.irsa"],
+            R"({"audience":"sts.amazonaws.com","expirationSeconds":3600,"path":"token"})");
+  const std::string vmi_json = vmi->dump();
+  auto validated = bus::Call<v1::AdmissionVerdict>(
+      bus_, bus::subjects::kPolicyValidate,
+      Call("kubevirt.io", "VirtualMachineInstance", vmi_json.c_str()), 1s);
+  ASSERT_TRUE(validated.ok()) << validated.status();
+  EXPECT_TRUE(validated->allowed()) << validated->message();
+  EXPECT_EQ(Decisions("vmi_token_volumes", "allowed"), 1);
+  EXPECT_EQ(Decisions("vmi_token_annotations", "mutated"), 1);
+  auto keys = sources_->Keys();
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_TRUE(keys->empty());
+}
+
+// Tests that the launcher pod's copied annotation drives its mutation through the bus.
+TEST_F(PolicyServiceTest, MutatesLauncherFromAnnotation) {
   const char* pod =
       R"({"metadata":{"name":"virt-launcher-s3-vm-x","labels":{"kubevirt.io":"virt-launcher"},
+    "annotations":{"wisp.dev/token.irsa":
+      "{\"audience\":\"sts.amazonaws.com\",\"expirationSeconds\":3600,\"path\":\"token\"}"},
     "ownerReferences":[{"kind":"VirtualMachineInstance","name":"s3-vm"}]},
     "spec":{"containers":[{"name":"compute","image":"launcher:1"}]}})";
   auto verdict =
@@ -112,10 +135,9 @@ TEST_F(PolicyServiceTest, ErrorReplies) {
   EXPECT_EQ(bad_json.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(bad_json.status().message()).find("object_json is not valid JSON"),
             std::string::npos);
-  bus_.FailBucket(bus::buckets::kPods, absl::UnavailableError("kv down"));
-  auto failed =
-      bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
-                                      Call("kubevirt.io", "VirtualMachineInstance", kVmi), 1s);
+  bus_.FailBucket(bus::buckets::kSources, absl::UnavailableError("kv down"));
+  auto failed = bus::Call<v1::AdmissionVerdict>(bus_, bus::subjects::kPolicyValidate,
+                                                Call("", "PersistentVolumeClaim", kPvc), 1s);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
 }
 

@@ -2,7 +2,6 @@
 
 #include "wisp/policy/rules.hpp"
 #include "test_util.hpp"
-#include "wisp/bus/subjects.hpp"
 
 namespace wisp::policy {
 namespace {
@@ -12,7 +11,15 @@ using testing::Apply;
 using testing::Input;
 using testing::Rerun;
 
-// Scenario 2: a VMI with an IRSA token volume (VEP 94 serviceAccount shape) and its filesystem.
+const std::string kOneServiceAccount =
+    "Forbidden: a token is always for the VirtualMachineInstance's service account "
+    "(spec.serviceAccountName, or the serviceAccount volume's serviceAccountName, which the "
+    "launcher pod runs as); name it there, not per token";
+const std::string kIrsaRequest =
+    R"({"audience":"sts.amazonaws.com","expirationSeconds":3600,"path":"token"})";
+const std::string kEksPath = "/var/run/secrets/eks.amazonaws.com/serviceaccount";
+
+// Scenario 2 on a KubeVirt with VEP 94: an IRSA serviceAccount token volume and its filesystem.
 Json S3Vmi() {
   return Json::parse(R"({"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance",
     "metadata":{"name":"s3-vm","namespace":"vms","uid":"vmi-uid"},
@@ -25,8 +32,24 @@ Json S3Vmi() {
                                           "path":"token"}}}]}})");
 }
 
-AdmissionInput Vmi(const Json& vmi, const std::string& op = "CREATE") {
-  return Input("kubevirt.io", "VirtualMachineInstance", op, vmi.dump(), "vms");
+// Scenario 2 on stock KubeVirt (v1.9.0): the token request is an annotation on a containerPath
+// volume (integration/admission/manifests/vmi-token-annotation.yaml).
+Json AnnotatedVmi() {
+  Json vmi = Json::parse(R"({"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance",
+    "metadata":{"name":"irsa-annotated","namespace":"vms","uid":"vmi-uid","annotations":{}},
+    "spec":{"serviceAccountName":"s3-reader",
+      "domain":{"devices":{"disks":[{"name":"root","disk":{"bus":"virtio"}}],
+                           "filesystems":[{"name":"aws-token","virtiofs":{}}]}},
+      "volumes":[{"name":"root","containerDisk":{"image":"quay.io/containerdisks/fedora:40"}},
+                 {"name":"aws-token","containerPath":{
+                    "path":"/var/run/secrets/eks.amazonaws.com/serviceaccount","readOnly":true}}]}})");
+  vmi["metadata"]["annotations"]["wisp.dev/token.aws-token"] = kIrsaRequest;
+  return vmi;
+}
+
+AdmissionInput Vmi(const Json& vmi, const std::string& op = "CREATE",
+                   const std::string& old_json = "") {
+  return Input("kubevirt.io", "VirtualMachineInstance", op, vmi.dump(), "vms", "1.30", old_json);
 }
 
 Policy IrsaPolicy() {
@@ -35,22 +58,37 @@ Policy IrsaPolicy() {
   return p;
 }
 
-// Tests that scenario 2's VMI is allowed and its token volume recorded for the launcher pod.
-TEST(VmiTokenVolumesTest, AllowsAndRecordsIrsaVolume) {
-  Verdict v = EvaluateVmiTokenVolumes(Vmi(S3Vmi()), IrsaPolicy());
+Policy GatedPolicy() {
+  Policy p = IrsaPolicy();
+  p.feature_gates.container_path_volumes = true;
+  return p;
+}
+
+// The VMI as wisp's mutating webhook leaves it (EvaluateMutate, as the API server calls it).
+Json Mutated(const Json& vmi, const Policy& policy = GatedPolicy()) {
+  AdmissionInput in = Vmi(vmi);
+  Verdict v = EvaluateMutate(in, policy, testing::NoRecords());
+  EXPECT_TRUE(v.allowed) << v.message;
+  return Apply(in, v);
+}
+
+// Tests that the VEP 94 VMI gets the equivalent annotation, is then allowed, and that nothing is
+// written anywhere.
+TEST(VmiTokenVolumesTest, AnnotatesVep94VolumeAndWritesNothing) {
+  AdmissionInput in = Vmi(S3Vmi());
+  Verdict m = EvaluateVmiTokenAnnotations(in, IrsaPolicy());
+  ASSERT_TRUE(m.allowed);
+  EXPECT_EQ(m.rule_outcomes.at("vmi_token_annotations"), "mutated");
+  EXPECT_TRUE(m.writes.empty());
+  Json out = Apply(in, m);
+  EXPECT_EQ(out["metadata"]["annotations"],
+            Json::parse(R"({"wisp.dev/token.irsa":)" + Json(kIrsaRequest).dump() + "}"));
+  EXPECT_TRUE(EvaluateVmiTokenAnnotations(Rerun(in, out), IrsaPolicy()).patch.empty());
+
+  Verdict v = EvaluateVmiTokenVolumes(Vmi(out), IrsaPolicy());
   ASSERT_TRUE(v.allowed) << v.message;
-  ASSERT_EQ(v.writes.size(), 1u);
-  EXPECT_EQ(v.writes[0].bucket, bus::buckets::kPods);
-  EXPECT_EQ(v.writes[0].key, "vms.s3-vm");
-  v1::VmiTokenRecord record;
-  ASSERT_TRUE(record.ParseFromString(v.writes[0].value));
-  EXPECT_EQ(record.service_account_name(), "s3-reader");
-  EXPECT_EQ(record.uid(), "vmi-uid");
-  ASSERT_EQ(record.volumes_size(), 1);
-  EXPECT_EQ(record.volumes(0).name(), "irsa");
-  EXPECT_EQ(record.volumes(0).audience(), "sts.amazonaws.com");
-  EXPECT_EQ(record.volumes(0).expiration_seconds(), 3600);
-  EXPECT_EQ(record.volumes(0).path(), "token");
+  EXPECT_TRUE(v.writes.empty());
+  EXPECT_EQ(v.audit_annotations.at("vmi-token-volumes"), "irsa");
 }
 
 // Tests the VEP 94 projected shape, with expirationSeconds defaulted to 3600.
@@ -58,11 +96,11 @@ TEST(VmiTokenVolumesTest, AllowsProjectedShape) {
   Json vmi = S3Vmi();
   vmi["spec"]["volumes"][1] = Json::parse(R"({"name":"irsa","projected":{"sources":[
     {"serviceAccountToken":{"audience":"sts.amazonaws.com","path":"token"}}]}})");
-  Verdict v = EvaluateVmiTokenVolumes(Vmi(vmi), IrsaPolicy());
+  Json out = Mutated(vmi, IrsaPolicy());
+  EXPECT_EQ(out["metadata"]["annotations"]["wisp.dev/token.irsa"], kIrsaRequest);
+  Verdict v = EvaluateVmiTokenVolumes(Vmi(out), IrsaPolicy());
   ASSERT_TRUE(v.allowed) << v.message;
-  v1::VmiTokenRecord record;
-  ASSERT_TRUE(record.ParseFromString(v.writes.at(0).value));
-  EXPECT_EQ(record.volumes(0).expiration_seconds(), 3600);
+  EXPECT_TRUE(v.writes.empty());
 }
 
 // Tests each KubeVirt and Kubernetes rule with its exact message.
@@ -132,6 +170,28 @@ TEST(VmiTokenVolumesTest, DeniesWithUpstreamMessages) {
            {"serviceAccountToken":{"audience":"sts.amazonaws.com"}}]}})");
        },
        "spec.volumes[1].projected.path: Required value"},
+      {"serviceAccountName inside serviceAccountToken (germag's question)",
+       [](Json& v) {
+         v["spec"]["volumes"][1]["serviceAccount"]["serviceAccountToken"]["serviceAccountName"] =
+             "other";
+       },
+       tok + ".serviceAccountName: " + kOneServiceAccount},
+      {"serviceAccountName inside a projected token",
+       [](Json& v) {
+         v["spec"]["volumes"][1] = Json::parse(R"({"name":"irsa","projected":{"sources":[
+           {"serviceAccountToken":{"audience":"sts.amazonaws.com","path":"t",
+                                   "serviceAccountName":"other"}}]}})");
+       },
+       "spec.volumes[1].projected.sources[0].serviceAccountToken.serviceAccountName: " +
+           kOneServiceAccount},
+      {"two tokens in one projected volume",
+       [](Json& v) {
+         v["spec"]["volumes"][1] = Json::parse(R"({"name":"irsa","projected":{"sources":[
+           {"serviceAccountToken":{"audience":"sts.amazonaws.com","path":"a"}},
+           {"serviceAccountToken":{"audience":"vault","path":"b"}}]}})");
+       },
+       "spec.volumes[1].projected.sources: Too many: 2: must have at most 1 item (one virtiofs "
+       "tag serves one token)"},
       {"projected configMap source",
        [](Json& v) {
          v["spec"]["volumes"][1] = Json::parse(R"({"name":"irsa","projected":{"sources":[
@@ -226,6 +286,7 @@ TEST(VmiTokenVolumesTest, DeniesWithUpstreamMessages) {
     EXPECT_EQ(v.message, c.message);
     EXPECT_EQ(v.code, 422);
     EXPECT_TRUE(v.writes.empty());
+    EXPECT_EQ(v.message.find("annotation"), std::string::npos) << "the user's causes come first";
   }
 }
 
@@ -242,103 +303,193 @@ TEST(VmiTokenVolumesTest, JoinsCauses) {
             "must not contain '..'");
 }
 
-// Tests that deleting a VMI removes its record.
-TEST(VmiTokenVolumesTest, DeleteErasesRecord) {
-  auto in =
-      Input("kubevirt.io", "VirtualMachineInstance", "DELETE", "", "vms", "1.30", S3Vmi().dump());
-  in.call.set_name("s3-vm");
-  Verdict v = EvaluateVmiTokenVolumes(in, IrsaPolicy());
-  ASSERT_EQ(v.writes.size(), 1u);
-  EXPECT_TRUE(v.writes[0].erase);
-  EXPECT_EQ(v.writes[0].key, "vms.s3-vm");
+// Tests that a VEP 94 VMI the mutating webhook did not annotate, or whose annotation says
+// something else, is refused with the reason.
+TEST(VmiTokenVolumesTest, NeedsTheMutatingWebhooksAnnotation) {
+  Verdict missing = EvaluateVmiTokenVolumes(Vmi(S3Vmi()), IrsaPolicy());
+  EXPECT_FALSE(missing.allowed);
+  EXPECT_EQ(missing.message,
+            "spec.volumes[1].serviceAccount.serviceAccountToken: annotation wisp.dev/token.irsa "
+            "is missing: wisp's mutating webhook for VirtualMachineInstances did not run, and "
+            "without it the launcher pod never gets this token (install the chart's "
+            "virtualmachineinstances mutating webhook)");
+  Json other = S3Vmi();
+  other["metadata"]["annotations"]["wisp.dev/token.irsa"] =
+      R"({"audience":"vault","expirationSeconds":3600,"path":"token"})";
+  EXPECT_EQ(Mutated(other, IrsaPolicy())["metadata"]["annotations"]["wisp.dev/token.irsa"],
+            other["metadata"]["annotations"]["wisp.dev/token.irsa"])
+      << "a user's annotation is not overwritten";
+  Verdict differs = EvaluateVmiTokenVolumes(Vmi(other), IrsaPolicy());
+  EXPECT_FALSE(differs.allowed);
+  EXPECT_EQ(differs.message,
+            "metadata.annotations[wisp.dev/token.irsa]: Invalid value: must be " + kIrsaRequest +
+                ", what spec.volumes[1].serviceAccount.serviceAccountToken asks for (wisp writes "
+                "it from there)");
 }
 
-Json LauncherPod() {
-  return Json::parse(R"({"apiVersion":"v1","kind":"Pod",
-    "metadata":{"name":"virt-launcher-s3-vm-abcde","namespace":"vms",
-      "labels":{"kubevirt.io":"virt-launcher"},
-      "ownerReferences":[{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance",
-                          "name":"s3-vm","uid":"vmi-uid","controller":true}]},
-    "spec":{"serviceAccountName":"s3-reader",
-      "containers":[{"name":"compute","image":"quay.io/kubevirt/virt-launcher:v1.8.0",
-                     "volumeMounts":[{"name":"private","mountPath":"/var/run/kubevirt-private"}]}],
-      "volumes":[{"name":"private","emptyDir":{}}]}})");
+// Tests that DELETE and status updates (VMIs have no status subresource) cost nothing, that a
+// token annotation cannot change after CREATE, and that a spec change is checked again.
+TEST(VmiTokenVolumesTest, UpdatesAndDeletesWriteNothing) {
+  const Json created = Mutated(AnnotatedVmi());
+  auto del =
+      Input("kubevirt.io", "VirtualMachineInstance", "DELETE", "", "vms", "1.30", created.dump());
+  Verdict d = EvaluateVmiTokenVolumes(del, GatedPolicy());
+  EXPECT_TRUE(d.allowed);
+  EXPECT_TRUE(d.writes.empty());
+  EXPECT_EQ(d.rule_outcomes.at("vmi_token_volumes"), "skipped");
+
+  Json status = created;
+  status["status"] = {{"phase", "Running"}};
+  status["metadata"]["finalizers"] = Json::array({"kubevirt.io/virtualMachineControllerFinalize"});
+  Verdict s = EvaluateVmiTokenVolumes(Vmi(status, "UPDATE", created.dump()), GatedPolicy());
+  EXPECT_TRUE(s.allowed);
+  EXPECT_TRUE(s.writes.empty());
+  EXPECT_EQ(s.rule_outcomes.at("vmi_token_volumes"), "skipped");
+
+  Json changed = created;
+  changed["metadata"]["annotations"]["wisp.dev/token.aws-token"] =
+      R"({"audience":"vault","expirationSeconds":3600,"path":"token"})";
+  Verdict c = EvaluateVmiTokenVolumes(Vmi(changed, "UPDATE", created.dump()), GatedPolicy());
+  EXPECT_FALSE(c.allowed);
+  EXPECT_EQ(c.message,
+            "metadata.annotations[wisp.dev/token.aws-token]: Forbidden: may not be added, changed "
+            "or removed after the VirtualMachineInstance is created (virt-controller copies it "
+            "onto every launcher pod it renders, a migration target's too)");
+  Json removed = created;
+  removed["metadata"]["annotations"].erase("wisp.dev/token-mount.aws-token");
+  EXPECT_FALSE(
+      EvaluateVmiTokenVolumes(Vmi(removed, "UPDATE", created.dump()), GatedPolicy()).allowed);
+
+  Json hotplug = created;
+  hotplug["spec"]["volumes"].push_back(
+      {{"name", "data"}, {"persistentVolumeClaim", {{"claimName", "d"}}}});
+  Verdict h = EvaluateVmiTokenVolumes(Vmi(hotplug, "UPDATE", created.dump()), GatedPolicy());
+  EXPECT_FALSE(h.allowed);
+  EXPECT_EQ(h.message, "spec.volumes[2].name 'data' not found.");
+  EXPECT_TRUE(EvaluateVmiTokenAnnotations(Vmi(hotplug, "UPDATE", created.dump()), GatedPolicy())
+                  .patch.empty());
 }
 
-RecordLookup RecordedVmi() {
-  Verdict admitted = EvaluateVmiTokenVolumes(Vmi(S3Vmi()), IrsaPolicy());
-  std::string value = admitted.writes.at(0).value;
-  return [value](std::string_view bucket,
-                 std::string_view key) -> absl::StatusOr<std::optional<std::string>> {
-    if (bucket == bus::buckets::kPods && key == "vms.s3-vm") return std::optional(value);
-    return std::optional<std::string>();
+// Tests the stock-KubeVirt shape: the mutating webhook adds only the containerPath's mount
+// annotation (the user's annotation stays as written), and the VMI is allowed with no writes.
+TEST(VmiTokenAnnotationTest, AllowsAnnotatedContainerPath) {
+  AdmissionInput in = Vmi(AnnotatedVmi());
+  Verdict m = EvaluateVmiTokenAnnotations(in, GatedPolicy());
+  Json out = Apply(in, m);
+  EXPECT_EQ(out["metadata"]["annotations"], Json({{"wisp.dev/token.aws-token", kIrsaRequest},
+                                                  {"wisp.dev/token-mount.aws-token", kEksPath}}));
+  EXPECT_EQ(m.audit_annotations.at("vmi-token-annotations"), "wisp.dev/token-mount.aws-token");
+  EXPECT_TRUE(EvaluateVmiTokenAnnotations(Rerun(in, out), GatedPolicy()).patch.empty());
+  Verdict v = EvaluateVmiTokenVolumes(Vmi(out), GatedPolicy());
+  ASSERT_TRUE(v.allowed) << v.message;
+  EXPECT_TRUE(v.warnings.empty());
+  EXPECT_TRUE(v.writes.empty());
+  EXPECT_EQ(v.audit_annotations.at("vmi-token-volumes"), "aws-token");
+  // A VMI that asks wisp for nothing is left alone.
+  Json plain = AnnotatedVmi();
+  plain["metadata"].erase("annotations");
+  Verdict p = EvaluateVmiTokenAnnotations(Vmi(plain), GatedPolicy());
+  EXPECT_TRUE(p.patch.empty());
+  EXPECT_EQ(p.rule_outcomes.at("vmi_token_annotations"), "allowed");
+}
+
+// Tests each check of a token annotation, with the field named as the user wrote it.
+TEST(VmiTokenAnnotationTest, DeniesBadRequestsNamingTheField) {
+  const std::string af = "metadata.annotations[wisp.dev/token.aws-token]";
+  auto set = [](const std::string& value) {
+    return [value](Json& v) { v["metadata"]["annotations"]["wisp.dev/token.aws-token"] = value; };
   };
-}
-
-// Tests that the launcher pod gets the projected token and the virtiofs container as KubeVirt
-// renders it, and that a second run adds nothing.
-TEST(VirtLauncherTest, AddsProjectedTokenAndVirtiofsContainer) {
-  auto in = testing::Pod(LauncherPod().dump(), "vms");
-  Verdict v = EvaluateVirtLauncher(in, IrsaPolicy(), RecordedVmi());
-  ASSERT_TRUE(v.allowed);
-  EXPECT_EQ(v.rule_outcomes.at("virt_launcher"), "mutated");
-  Json out = Apply(in, v);
-  EXPECT_EQ(out["spec"]["volumes"], Json::parse(R"([{"name":"private","emptyDir":{}},
-    {"name":"virtiofs-containers","emptyDir":{}},
-    {"name":"irsa","projected":{"sources":[{"serviceAccountToken":
-      {"audience":"sts.amazonaws.com","expirationSeconds":3600,"path":"token"}}]}}])"));
-  EXPECT_EQ(out["spec"]["containers"][0]["volumeMounts"][1],
-            Json::parse(R"({"name":"virtiofs-containers",
-                            "mountPath":"/var/run/kubevirt/virtiofs-containers"})"));
-  EXPECT_EQ(out["spec"]["containers"][1], Json::parse(R"({
-    "name":"virtiofs-irsa","image":"quay.io/kubevirt/virt-launcher:v1.8.0",
-    "imagePullPolicy":"IfNotPresent","command":["/usr/libexec/virtiofsd"],
-    "args":["--socket-path=/var/run/kubevirt/virtiofs-containers/irsa.sock",
-            "--shared-dir=/virtiofs-data/irsa","--sandbox=none","--cache=auto",
-            "--migration-on-error=guest-error","--migration-mode=find-paths",
-            "--translate-uid=host:107:0:1"],
-    "volumeMounts":[{"name":"virtiofs-containers","mountPath":"/var/run/kubevirt/virtiofs-containers"},
-                    {"name":"irsa","mountPath":"/virtiofs-data/irsa","readOnly":true}],
-    "resources":{"requests":{"cpu":"10m","memory":"1M"},"limits":{"cpu":"100m","memory":"80M"}},
-    "securityContext":{"runAsUser":107,"runAsGroup":107,"runAsNonRoot":true,
-                       "allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}})"));
-  EXPECT_EQ(v.audit_annotations.at("virtiofs-containers"), "virtiofs-irsa");
-
-  Verdict again = EvaluateVirtLauncher(Rerun(in, out), IrsaPolicy(), RecordedVmi());
-  EXPECT_TRUE(again.patch.empty()) << again.patch;
-}
-
-// Tests the fail-open paths: no record, a failing store, no owner.
-TEST(VirtLauncherTest, FailsOpenWithWarning) {
-  auto in = testing::Pod(LauncherPod().dump(), "vms");
-  Verdict none = EvaluateVirtLauncher(in, Policy{}, testing::NoRecords());
-  EXPECT_TRUE(none.allowed);
-  EXPECT_TRUE(none.patch.empty());
-  ASSERT_EQ(none.warnings.size(), 1u);
-  EXPECT_EQ(none.warnings[0],
-            "wisp: no token-volume record for VirtualMachineInstance vms/s3-vm; "
-            "token volumes not injected");
-  RecordLookup broken = [](std::string_view,
-                           std::string_view) -> absl::StatusOr<std::optional<std::string>> {
-    return absl::UnavailableError("kv down");
+  struct Case {
+    std::string name;
+    std::function<void(Json&)> edit;
+    std::string message;
+  } cases[] = {
+      {"not JSON", set("audience=sts"),
+       af + ": Invalid value: must be a JSON object such as " + kIrsaRequest},
+      {"300 s", set(R"({"audience":"sts.amazonaws.com","expirationSeconds":300,"path":"token"})"),
+       af + ".expirationSeconds: Invalid value: 300: must be at least 600 (10 minutes)"},
+      {"over the policy's maximum",
+       set(R"({"audience":"sts.amazonaws.com","expirationSeconds":100000,"path":"token"})"),
+       af + ".expirationSeconds: Invalid value: 100000: must be at most 86400 (the policy's "
+            "maxTokenLifetime)"},
+      {"lifetime as a string",
+       set(R"({"audience":"sts.amazonaws.com","expirationSeconds":"1h","path":"token"})"),
+       af + ".expirationSeconds: Invalid value: \"1h\": must be a whole number of seconds"},
+      {"absolute path", set(R"({"audience":"sts.amazonaws.com","path":"/etc/shadow"})"),
+       af + ".path: Invalid value: \"/etc/shadow\": must be a relative path"},
+      {"dotdot path", set(R"({"audience":"sts.amazonaws.com","path":"../etc/shadow"})"),
+       af + ".path: Invalid value: \"../etc/shadow\": must not contain '..'"},
+      {"no path", set(R"({"audience":"sts.amazonaws.com"})"),
+       af + ".path: Required value: the token's file name in the shared directory, e.g. "
+            "\"token\""},
+      {"audience not allowed", set(R"({"audience":"gcp","path":"token"})"),
+       af + ".audience: Forbidden: audience \"gcp\" is not allowed in namespace \"vms\" "
+            "(allowed: \"sts.amazonaws.com\", \"vault\")"},
+      {"unknown field", set(R"({"audience":"sts.amazonaws.com","path":"token","mode":"0644"})"),
+       af + ".mode: Unsupported field: the fields are audience, expirationSeconds and path"},
+      {"serviceAccountName (germag's question)",
+       set(R"({"audience":"sts.amazonaws.com","path":"token","serviceAccountName":"other"})"),
+       af + ".serviceAccountName: " + kOneServiceAccount},
+      {"no such volume",
+       [](Json& v) {
+         v["metadata"]["annotations"].erase("wisp.dev/token.aws-token");
+         v["metadata"]["annotations"]["wisp.dev/token.aws"] = kIrsaRequest;
+       },
+       "metadata.annotations[wisp.dev/token.aws]: Not found: spec.volumes has no volume \"aws\""},
+      {"not a containerPath volume",
+       [](Json& v) {
+         v["metadata"]["annotations"].erase("wisp.dev/token.aws-token");
+         v["metadata"]["annotations"]["wisp.dev/token.root"] = kIrsaRequest;
+       },
+       "metadata.annotations[wisp.dev/token.root]: Invalid value: spec.volumes[0] (\"root\") is "
+       "not a containerPath volume: the token is served to the guest from the path a "
+       "containerPath volume names"},
+      {"readOnly not set",
+       [](Json& v) { v["spec"]["volumes"][1]["containerPath"].erase("readOnly"); },
+       "spec.volumes[1].containerPath.readOnly: Required value: must be true for "
+       "wisp.dev/token.aws-token (KubeVirt serves only read-only containerPath volumes)"},
+      {"readOnly false",
+       [](Json& v) { v["spec"]["volumes"][1]["containerPath"]["readOnly"] = false; },
+       "spec.volumes[1].containerPath.readOnly: Invalid value: \"boolean\": readOnly must be "
+       "true, write access is not supported"},
+      {"mapped to a disk",
+       [](Json& v) {
+         v["spec"]["domain"]["devices"]["filesystems"] = Json::array();
+         v["spec"]["domain"]["devices"]["disks"].push_back({{"name", "aws-token"}});
+       },
+       "ContainerPath volume 'aws-token' must be mapped to a filesystem, not a disk"},
+      {"a mount annotation of the user's own",
+       [](Json& v) { v["metadata"]["annotations"]["wisp.dev/token-mount.root"] = "/etc"; },
+       "metadata.annotations[wisp.dev/token-mount.root]: Forbidden: wisp writes it, for a "
+       "containerPath volume that a wisp.dev/token.root annotation names; remove it"},
   };
-  Verdict err = EvaluateVirtLauncher(in, Policy{}, broken);
-  EXPECT_TRUE(err.allowed);
-  EXPECT_TRUE(err.error.ok());
-  EXPECT_EQ(err.warnings.at(0),
-            "wisp: no token-volume record for VirtualMachineInstance "
-            "vms/s3-vm (kv down); token volumes not injected");
-  Json orphan = LauncherPod();
-  orphan["metadata"].erase("ownerReferences");
-  Verdict o = EvaluateVirtLauncher(testing::Pod(orphan.dump(), "vms"), Policy{}, RecordedVmi());
-  EXPECT_TRUE(o.patch.empty());
-  EXPECT_EQ(o.warnings.size(), 1u);
-  // An ordinary pod is not a launcher pod.
-  Json plain = LauncherPod();
-  plain["metadata"].erase("labels");
-  EXPECT_EQ(EvaluateVirtLauncher(testing::Pod(plain.dump(), "vms"), Policy{}, RecordedVmi())
-                .rule_outcomes.at("virt_launcher"),
-            "skipped");
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    Json vmi = AnnotatedVmi();
+    c.edit(vmi);
+    Verdict v = EvaluateValidate(Vmi(Mutated(vmi)), GatedPolicy(), testing::NoRecords());
+    EXPECT_FALSE(v.allowed);
+    EXPECT_EQ(v.message, c.message);
+    EXPECT_EQ(v.code, 422);
+    EXPECT_TRUE(v.writes.empty());
+  }
+}
+
+// Tests that a containerPath token request the mutating webhook did not complete is refused.
+TEST(VmiTokenAnnotationTest, NeedsTheMountAnnotation) {
+  Verdict v = EvaluateVmiTokenVolumes(Vmi(AnnotatedVmi()), GatedPolicy());
+  EXPECT_FALSE(v.allowed);
+  EXPECT_EQ(v.message,
+            "metadata.annotations[wisp.dev/token-mount.aws-token]: Required value: wisp's "
+            "mutating webhook for VirtualMachineInstances writes the containerPath \"" +
+                kEksPath +
+                "\" there and did not run (install the chart's "
+                "virtualmachineinstances mutating webhook)");
+  Json wrong = Mutated(AnnotatedVmi());
+  wrong["metadata"]["annotations"]["wisp.dev/token-mount.aws-token"] = "/etc";
+  EXPECT_NE(
+      EvaluateVmiTokenVolumes(Vmi(wrong), GatedPolicy()).message.find("Invalid value: \"/etc\""),
+      std::string::npos);
 }
 
 // Scenario: a VMI sharing the IRSA token that a third-party webhook injects into the launcher pod
@@ -353,12 +504,6 @@ Json ContainerPathVmi() {
                  {"name":"aws-token","containerPath":{
                     "path":"/var/run/secrets/eks.amazonaws.com/serviceaccount","readOnly":true}},
                  {"name":"app-config","containerPath":{"path":"/etc/app/conf.d","readOnly":true}}]}})");
-}
-
-Policy GatedPolicy() {
-  Policy p = IrsaPolicy();
-  p.feature_gates.container_path_volumes = true;
-  return p;
 }
 
 // Tests VEP 165's containerPath rules with KubeVirt's and the CRD schema's messages.
@@ -431,29 +576,16 @@ TEST(VmiContainerPathTest, DeniesWithUpstreamMessages) {
   }
 }
 
-// Tests that an allowed containerPath VMI is recorded (path, explicit readOnly, QoS predicates),
-// and that with the gate off it is still admitted, with a warning, as KubeVirt's admitter does.
-TEST(VmiContainerPathTest, RecordsAndWarnsWhenGateIsOff) {
-  Json vmi = ContainerPathVmi();
-  vmi["spec"]["volumes"][2]["containerPath"].erase("readOnly");  // defaulted, not explicit
-  vmi["spec"]["domain"]["cpu"] = {{"cores", 2}, {"dedicatedCpuPlacement", true}};
-  Verdict v = EvaluateVmiTokenVolumes(Vmi(vmi), GatedPolicy());
-  ASSERT_TRUE(v.allowed) << v.message;
-  EXPECT_TRUE(v.warnings.empty());
-  v1::VmiTokenRecord record;
-  ASSERT_TRUE(record.ParseFromString(v.writes.at(0).value));
-  ASSERT_EQ(record.container_path_volumes_size(), 2);
-  EXPECT_EQ(record.container_path_volumes(0).name(), "aws-token");
-  EXPECT_EQ(record.container_path_volumes(0).path(),
-            "/var/run/secrets/eks.amazonaws.com/serviceaccount");
-  EXPECT_TRUE(record.container_path_volumes(0).read_only_explicit());
-  EXPECT_FALSE(record.container_path_volumes(1).read_only_explicit());
-  EXPECT_TRUE(record.dedicated_cpus());
-  EXPECT_FALSE(record.guaranteed_qos());
-  EXPECT_EQ(v.audit_annotations.at("vmi-containerpath-volumes"), "aws-token,app-config");
-
+// Tests that with the gate off a containerPath VMI is still admitted, with a warning, as
+// KubeVirt's admitter does, and that nothing is recorded either way.
+TEST(VmiContainerPathTest, WarnsWhenGateIsOff) {
+  Verdict on = EvaluateVmiTokenVolumes(Vmi(ContainerPathVmi()), GatedPolicy());
+  ASSERT_TRUE(on.allowed) << on.message;
+  EXPECT_TRUE(on.warnings.empty());
+  EXPECT_TRUE(on.writes.empty());
   Verdict off = EvaluateVmiTokenVolumes(Vmi(ContainerPathVmi()), IrsaPolicy());
   ASSERT_TRUE(off.allowed) << off.message;
+  EXPECT_TRUE(off.writes.empty());
   EXPECT_EQ(off.warnings.at(0),
             "wisp: VMI has ContainerPath volumes but the ContainerPathVolumes feature gate is "
             "disabled (policy featureGates); its virt-launcher pod will be refused");
@@ -471,41 +603,30 @@ TEST(VmiContainerPathTest, StorageFilesystemsNeedTheirGate) {
   EXPECT_EQ(v.message, "virtiofs is not allowed: virtiofs feature gate is not enabled for PVC");
   Policy gated = IrsaPolicy();
   gated.feature_gates.virtiofs_storage_volumes = true;
-  EXPECT_TRUE(EvaluateVmiTokenVolumes(Vmi(vmi), gated).allowed);
+  EXPECT_TRUE(EvaluateVmiTokenVolumes(Vmi(Mutated(vmi, gated)), gated).allowed);
 }
 
-Json ContainerPathLauncher() {
-  return Json::parse(R"({"apiVersion":"v1","kind":"Pod",
-    "metadata":{"name":"virt-launcher-cp-vm-abcde","namespace":"vms",
-      "labels":{"kubevirt.io":"virt-launcher"},
+// The launcher pod virt-controller v1.9.0 renders for AnnotatedVmi (trimmed): the VMI's
+// annotations copied, the compute container, the virtiofs socket directory; no virtiofs container
+// (KubeVirt's launcher-pod mutator adds those for containerPath volumes).
+Json AnnotatedLauncher() {
+  Json pod = Json::parse(R"({"apiVersion":"v1","kind":"Pod",
+    "metadata":{"name":"virt-launcher-irsa-annotated-abcde","namespace":"vms",
+      "labels":{"kubevirt.io":"virt-launcher"},"annotations":{},
       "ownerReferences":[{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance",
-                          "name":"cp-vm","uid":"vmi-uid","controller":true}]},
+                          "name":"irsa-annotated","uid":"vmi-uid","controller":true}]},
     "spec":{"serviceAccountName":"s3-reader",
-      "containers":[{"name":"compute","image":"quay.io/kubevirt/virt-launcher:v1.8.0",
-        "volumeMounts":[{"name":"virtiofs-containers","mountPath":"/var/run/kubevirt/virtiofs-containers"},
-                        {"name":"aws-iam-token","mountPath":"/var/run/secrets/eks.amazonaws.com/serviceaccount","readOnly":true},
-                        {"name":"etc-app","mountPath":"/etc/app"}]}],
-      "volumes":[{"name":"virtiofs-containers","emptyDir":{}},
-                 {"name":"aws-iam-token","projected":{"sources":[{"serviceAccountToken":
-                    {"audience":"sts.amazonaws.com","expirationSeconds":86400,"path":"token"}}]}},
-                 {"name":"etc-app","configMap":{"name":"app"}}]}})");
-}
-
-RecordLookup Recorded(const Json& vmi, const Policy& policy) {
-  Verdict admitted = EvaluateVmiTokenVolumes(Vmi(vmi), policy);
-  EXPECT_TRUE(admitted.allowed) << admitted.message;
-  std::string key = admitted.writes.at(0).key;
-  std::string value = admitted.writes.at(0).value;
-  return [key, value](std::string_view bucket,
-                      std::string_view k) -> absl::StatusOr<std::optional<std::string>> {
-    if (bucket == bus::buckets::kPods && k == key) return std::optional(value);
-    return std::optional<std::string>();
-  };
+      "containers":[{"name":"compute","image":"quay.io/kubevirt/virt-launcher:v1.9.0",
+        "volumeMounts":[{"name":"private","mountPath":"/var/run/kubevirt-private"},
+                        {"name":"virtiofs-containers","mountPath":"/var/run/kubevirt/virtiofs-containers"}]}],
+      "volumes":[{"name":"private","emptyDir":{}},{"name":"virtiofs-containers","emptyDir":{}}]}})");
+  pod["metadata"]["annotations"] = Mutated(AnnotatedVmi())["metadata"]["annotations"];
+  return pod;
 }
 
 std::string VirtiofsContainerJson(const std::string& vol, const std::string& mount,
                                   const std::string& extra_arg, const std::string& resources) {
-  return R"({"name":"virtiofs-)" + vol + R"(","image":"quay.io/kubevirt/virt-launcher:v1.8.0",
+  return R"({"name":"virtiofs-)" + vol + R"(","image":"quay.io/kubevirt/virt-launcher:v1.9.0",
     "imagePullPolicy":"IfNotPresent","command":["/usr/libexec/virtiofsd"],
     "args":["--socket-path=/var/run/kubevirt/virtiofs-containers/)" +
          vol + R"(.sock",
@@ -525,133 +646,212 @@ std::string VirtiofsContainerJson(const std::string& vol, const std::string& mou
 const char kDefaultResources[] =
     R"({"requests":{"cpu":"10m","memory":"1M"},"limits":{"cpu":"100m","memory":"80M"}})";
 
-// Tests the virt-api launcher-pod mutator's containerPath injection: longest-prefix mount with
-// subPath, uid translation for a projected token, exact containers, reinvocation adds nothing.
-TEST(VirtLauncherContainerPathTest, InjectsVirtiofsContainers) {
-  auto in = testing::Pod(ContainerPathLauncher().dump(), "vms");
-  Verdict v = EvaluateVirtLauncher(in, GatedPolicy(), Recorded(ContainerPathVmi(), GatedPolicy()));
+const char kTokenVolume[] = R"({"name":"wisp-token-aws-token","projected":{"sources":[
+  {"serviceAccountToken":{"audience":"sts.amazonaws.com","expirationSeconds":3600,"path":"token"}}]}})";
+const char kTokenDataMount[] =
+    R"({"name":"wisp-token-aws-token","mountPath":"/virtiofs-data/aws-token","readOnly":true})";
+
+// Tests the launcher pod from its annotations alone: the projected token, its compute mount at the
+// containerPath, and the container KubeVirt's mutator would render on it; a second pass adds
+// nothing, also after the API server defaulted the volume's mode.
+TEST(VirtLauncherTest, ServesTheAnnotatedToken) {
+  auto in = testing::Pod(AnnotatedLauncher().dump(), "vms");
+  Verdict v = EvaluateVirtLauncher(in, GatedPolicy());
   ASSERT_TRUE(v.allowed) << v.message;
   EXPECT_TRUE(v.warnings.empty());
+  EXPECT_EQ(v.rule_outcomes.at("virt_launcher"), "mutated");
   Json out = Apply(in, v);
-  ASSERT_EQ(out["spec"]["containers"].size(), 3u);
+  EXPECT_EQ(out["spec"]["volumes"].back(), Json::parse(kTokenVolume));
+  EXPECT_EQ(out["spec"]["volumes"].size(), 3u);
+  EXPECT_EQ(out["spec"]["containers"][0]["volumeMounts"].back(),
+            Json({{"name", "wisp-token-aws-token"}, {"mountPath", kEksPath}, {"readOnly", true}}));
+  ASSERT_EQ(out["spec"]["containers"].size(), 2u);
   EXPECT_EQ(
       out["spec"]["containers"][1],
-      Json::parse(VirtiofsContainerJson(
-          "aws-token",
-          R"({"name":"aws-iam-token","mountPath":"/virtiofs-data/aws-token","readOnly":true})",
-          R"(,"--translate-uid=host:107:0:1")", kDefaultResources)));
-  EXPECT_EQ(
-      out["spec"]["containers"][2],
-      Json::parse(VirtiofsContainerJson(
-          "app-config",
-          R"({"name":"etc-app","mountPath":"/virtiofs-data/app-config","subPath":"conf.d","readOnly":true})",
-          "", kDefaultResources)));
-  // Only containers are added: the pod's volumes and the compute mounts are untouched.
-  EXPECT_EQ(out["spec"]["volumes"], in.object["spec"]["volumes"]);
-  EXPECT_EQ(out["spec"]["containers"][0], in.object["spec"]["containers"][0]);
-  for (const auto& op : Json::parse(v.patch)) {
-    EXPECT_EQ(op["path"], "/spec/containers/-") << op.dump();
-  }
-  EXPECT_EQ(v.audit_annotations.at("virtiofs-containers"),
-            "virtiofs-aws-token,virtiofs-app-config");
-  Verdict again = EvaluateVirtLauncher(Rerun(in, out), GatedPolicy(),
-                                       Recorded(ContainerPathVmi(), GatedPolicy()));
+      Json::parse(VirtiofsContainerJson("aws-token", kTokenDataMount,
+                                        R"(,"--translate-uid=host:107:0:1")", kDefaultResources)));
+  EXPECT_EQ(v.audit_annotations.at("virtiofs-containers"), "virtiofs-aws-token");
+
+  Verdict again = EvaluateVirtLauncher(Rerun(in, out), GatedPolicy());
+  EXPECT_TRUE(again.allowed) << again.message;
+  EXPECT_TRUE(again.patch.empty()) << again.patch;
+  Json defaulted = out;
+  defaulted["spec"]["volumes"].back()["projected"]["defaultMode"] = 420;
+  Verdict after_defaults = EvaluateVirtLauncher(Rerun(in, defaulted), GatedPolicy());
+  EXPECT_TRUE(after_defaults.allowed) << after_defaults.message;
+  EXPECT_TRUE(after_defaults.patch.empty()) << after_defaults.patch;
+}
+
+// Tests that launcher pods that ask for no token, and other pods, are left alone.
+TEST(VirtLauncherTest, LeavesOtherPodsAlone) {
+  Json plain = AnnotatedLauncher();
+  plain["metadata"].erase("annotations");
+  Verdict p = EvaluateVirtLauncher(testing::Pod(plain.dump(), "vms"), GatedPolicy());
+  EXPECT_TRUE(p.allowed);
+  EXPECT_TRUE(p.patch.empty());
+  EXPECT_TRUE(p.warnings.empty());
+  EXPECT_EQ(p.rule_outcomes.at("virt_launcher"), "allowed");
+  Json other = AnnotatedLauncher();
+  other["metadata"].erase("labels");
+  EXPECT_EQ(EvaluateVirtLauncher(testing::Pod(other.dump(), "vms"), GatedPolicy())
+                .rule_outcomes.at("virt_launcher"),
+            "skipped");
+}
+
+// The launcher pod virt-controller renders for S3Vmi on a KubeVirt with VEP 94: its own
+// virtiofs-irsa container shares the pod's API-audience token (virtiofs.go).
+Json Vep94Launcher() {
+  Json pod = Json::parse(R"({"apiVersion":"v1","kind":"Pod",
+    "metadata":{"name":"virt-launcher-s3-vm-abcde","namespace":"vms",
+      "labels":{"kubevirt.io":"virt-launcher"},
+      "ownerReferences":[{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInstance",
+                          "name":"s3-vm","uid":"vmi-uid","controller":true}]},
+    "spec":{"serviceAccountName":"s3-reader",
+      "containers":[{"name":"compute","image":"quay.io/kubevirt/virt-launcher:v1.9.0",
+        "volumeMounts":[{"name":"virtiofs-containers","mountPath":"/var/run/kubevirt/virtiofs-containers"}]},
+       {"name":"virtiofs-irsa","image":"quay.io/kubevirt/virt-launcher:v1.9.0",
+        "command":["/usr/libexec/virtiofsd"],
+        "args":["--socket-path=/var/run/kubevirt/virtiofs-containers/irsa.sock",
+                "--shared-dir=/var/run/secrets/kubernetes.io/serviceaccount/","--sandbox=none",
+                "--cache=auto","--migration-on-error=guest-error","--migration-mode=find-paths",
+                "--translate-uid=host:107:0:1"],
+        "volumeMounts":[{"name":"virtiofs-containers","mountPath":"/var/run/kubevirt/virtiofs-containers"},
+                        {"name":"kube-api-access-x","mountPath":"/var/run/secrets/kubernetes.io/serviceaccount","readOnly":true}]}],
+      "volumes":[{"name":"virtiofs-containers","emptyDir":{}},
+                 {"name":"kube-api-access-x","projected":{"sources":[{"serviceAccountToken":{"expirationSeconds":3607,"path":"token"}}]}}]}})");
+  pod["metadata"]["annotations"] = Mutated(S3Vmi(), IrsaPolicy())["metadata"]["annotations"];
+  return pod;
+}
+
+// Tests that virt-controller's VEP 94 container, which would serve the API-audience token, is
+// rewritten to serve the requested one (never skipped as "already there").
+TEST(VirtLauncherTest, RewritesVirtControllersVep94Container) {
+  auto in = testing::Pod(Vep94Launcher().dump(), "vms");
+  Verdict v = EvaluateVirtLauncher(in, IrsaPolicy());
+  ASSERT_TRUE(v.allowed) << v.message;
+  Json out = Apply(in, v);
+  const Json& c = out["spec"]["containers"][1];
+  EXPECT_EQ(c["args"][1], "--shared-dir=/virtiofs-data/irsa");
+  EXPECT_EQ(c["args"].size(), 7u);
+  EXPECT_EQ(c["volumeMounts"].back(),
+            Json::parse(R"({"name":"wisp-token-irsa","mountPath":"/virtiofs-data/irsa",
+                            "readOnly":true})"));
+  EXPECT_EQ(out["spec"]["volumes"].back()["projected"]["sources"][0]["serviceAccountToken"],
+            Json::parse(kIrsaRequest));
+  EXPECT_EQ(out["spec"]["containers"].size(), 2u);
+  EXPECT_EQ(out["spec"]["containers"][0], in.object["spec"]["containers"][0]) << "no compute mount";
+  EXPECT_EQ(v.audit_annotations.at("virtiofs-containers-rewritten"), "virtiofs-irsa");
+  Verdict again = EvaluateVirtLauncher(Rerun(in, out), IrsaPolicy());
+  EXPECT_TRUE(again.allowed) << again.message;
   EXPECT_TRUE(again.patch.empty()) << again.patch;
 }
 
-// Tests each skip of the mutator (a warning, the pod still allowed) and the gate.
-TEST(VirtLauncherContainerPathTest, SkipsWithWarningsAndHonoursTheGate) {
+// Tests the launcher pods wisp cannot serve as asked: each refused with the reason.
+TEST(VirtLauncherTest, RefusesWhatItCannotServe) {
   struct Case {
     std::string name;
-    std::function<void(Json& vmi, Json& pod)> edit;
-    std::string warning;
+    std::function<void(Json& pod)> edit;
+    std::string message;
   } cases[] = {
-      {"readOnly not explicit",
-       [](Json& vmi, Json&) { vmi["spec"]["volumes"][1]["containerPath"].erase("readOnly"); },
-       "wisp: ContainerPath volume aws-token does not have readOnly=true; skipping virtiofs "
-       "container"},
-      {"no compute mount",
-       [](Json&, Json& pod) { pod["spec"]["containers"][0]["volumeMounts"].erase(1); },
-       "wisp: No volumeMount found for containerPath "
-       "/var/run/secrets/eks.amazonaws.com/serviceaccount in volume aws-token"},
-      {"pod volume missing", [](Json&, Json& pod) { pod["spec"]["volumes"].erase(1); },
-       "wisp: Pod volume aws-iam-token not found for containerPath volume aws-token"},
-      {"unsupported pod volume",
-       [](Json&, Json& pod) {
-         pod["spec"]["volumes"][1] = {{"name", "aws-iam-token"},
-                                      {"hostPath", {{"path", "/var/lib/x"}}}};
+      {"another webhook's mount at the path (EKS pod identity)",
+       [](Json& pod) {
+         pod["spec"]["volumes"].push_back(Json::parse(R"({"name":"aws-iam-token","projected":
+           {"sources":[{"serviceAccountToken":{"audience":"sts.amazonaws.com",
+                                                "expirationSeconds":86400,"path":"token"}}]}})"));
+         pod["spec"]["containers"][0]["volumeMounts"].push_back(
+             {{"name", "aws-iam-token"}, {"mountPath", kEksPath}, {"readOnly", true}});
        },
-       "wisp: Pod volume aws-iam-token has unsupported type for containerPath volume aws-token; "
-       "supported types are: ConfigMap, Secret, Projected, DownwardAPI, EmptyDir"},
+       "the compute container already mounts volume \"aws-iam-token\" at \"" + kEksPath +
+           "\", which is the containerPath \"" + kEksPath +
+           "\" of wisp.dev/token.aws-token (another webhook, e.g. the EKS pod identity webhook, "
+           "injected it): wisp does not put a second token at that path; use another "
+           "containerPath path or drop one of the two"},
+      {"a mount above the path",
+       [](Json& pod) {
+         pod["spec"]["volumes"].push_back({{"name", "secrets"}, {"emptyDir", Json::object()}});
+         pod["spec"]["containers"][0]["volumeMounts"].push_back(
+             {{"name", "secrets"}, {"mountPath", "/var/run/secrets"}});
+       },
+       "the compute container already mounts volume \"secrets\" at \"/var/run/secrets\", which "
+       "covers the containerPath \"" +
+           kEksPath +
+           "\" of wisp.dev/token.aws-token (another webhook, e.g. the EKS pod identity webhook, "
+           "injected it): wisp does not put a second token at that path; use another "
+           "containerPath path or drop one of the two"},
+      {"KubeVirt's mutator already served another volume there",
+       [](Json& pod) {
+         pod["spec"]["containers"].push_back(Json::parse(VirtiofsContainerJson(
+             "aws-token",
+             R"({"name":"aws-iam-token","mountPath":"/virtiofs-data/aws-token","readOnly":true})",
+             R"(,"--translate-uid=host:107:0:1")", kDefaultResources)));
+       },
+       "container virtiofs-aws-token already exists and shares volume \"aws-iam-token\", not "
+       "\"wisp-token-aws-token\" that wisp.dev/token.aws-token asks for (KubeVirt's launcher-pod "
+       "mutator renders it for a mount another webhook made at the containerPath): wisp does not "
+       "serve a second token under one tag; use another containerPath path or drop one of the "
+       "two"},
+      {"a different token volume of wisp's name",
+       [](Json& pod) {
+         pod["spec"]["volumes"].push_back(Json::parse(R"({"name":"wisp-token-aws-token",
+           "projected":{"sources":[{"serviceAccountToken":{"audience":"vault","path":"token"}}]}})"));
+       },
+       "spec.volumes: volume \"wisp-token-aws-token\" exists and is not the token "
+       "wisp.dev/token.aws-token asks for"},
+      {"an annotation that is no longer valid",
+       [](Json& pod) {
+         pod["metadata"]["annotations"]["wisp.dev/token.aws-token"] =
+             R"({"audience":"sts.amazonaws.com","expirationSeconds":300,"path":"token"})";
+       },
+       "metadata.annotations[wisp.dev/token.aws-token].expirationSeconds: Invalid value: 300: "
+       "must be at least 600 (10 minutes)"},
+      {"no compute container", [](Json& pod) { pod["spec"]["containers"][0]["name"] = "other"; },
+       "virt-launcher pod has no compute container with an image: the tokens its "
+       "wisp.dev/token.* annotations ask for cannot be served"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    Json vmi = ContainerPathVmi();
-    Json pod = ContainerPathLauncher();
-    c.edit(vmi, pod);
-    auto in = testing::Pod(pod.dump(), "vms");
-    Verdict v = EvaluateVirtLauncher(in, GatedPolicy(), Recorded(vmi, GatedPolicy()));
-    EXPECT_TRUE(v.allowed);
-    ASSERT_EQ(v.warnings.size(), 1u);
-    EXPECT_EQ(v.warnings[0], c.warning);
-    Json out = Apply(in, v);
-    ASSERT_EQ(out["spec"]["containers"].size(), 2u);  // app-config still gets its container
-    EXPECT_EQ(out["spec"]["containers"][1]["name"], "virtiofs-app-config");
+    Json pod = AnnotatedLauncher();
+    c.edit(pod);
+    Verdict v = EvaluateVirtLauncher(testing::Pod(pod.dump(), "vms"), GatedPolicy());
+    EXPECT_FALSE(v.allowed);
+    EXPECT_EQ(v.message, c.message);
+    EXPECT_EQ(v.code, 403);
+    EXPECT_TRUE(v.patch.empty());
   }
-  auto in = testing::Pod(ContainerPathLauncher().dump(), "vms");
-  Verdict off = EvaluateVirtLauncher(in, IrsaPolicy(), Recorded(ContainerPathVmi(), IrsaPolicy()));
+  Verdict off = EvaluateVirtLauncher(testing::Pod(AnnotatedLauncher().dump(), "vms"), IrsaPolicy());
   EXPECT_FALSE(off.allowed);
   EXPECT_EQ(off.message,
             "VMI has ContainerPath volumes but the ContainerPathVolumes feature gate is disabled");
   EXPECT_EQ(off.code, 403);
 }
 
-// Tests KubeVirt's virtiofs resources: dedicated CPUs raise the cpu request to the limit and (as
-// the mutator treats them as guaranteed) the memory request; guaranteed QoS does both.
-TEST(VirtLauncherContainerPathTest, DedicatedCpusAndGuaranteedQos) {
+// Tests KubeVirt's virtiofs resources, read from the compute container: guaranteed QoS (equal
+// non-zero requests and limits, which dedicated CPUs imply) pins both requests to the limits.
+TEST(VirtLauncherTest, GuaranteedQosPinsTheResources) {
   const std::string kPinned =
       R"({"requests":{"cpu":"100m","memory":"80M"},"limits":{"cpu":"100m","memory":"80M"}})";
   struct Case {
     std::string name;
-    std::function<void(Json&)> edit;
-    std::string resources;
+    Json resources;
+    std::string want;
   } cases[] = {
-      {"default", [](Json&) {}, kDefaultResources},
-      {"dedicated CPUs",
-       [](Json& v) {
-         v["spec"]["domain"]["cpu"] = {{"dedicatedCpuPlacement", true}};
-       },
-       kPinned},
-      {"guaranteed QoS",
-       [](Json& v) {
-         v["spec"]["domain"]["resources"] = {{"requests", {{"cpu", "2"}, {"memory", "2Gi"}}},
-                                             {"limits", {{"cpu", "2000m"}, {"memory", "2Gi"}}}};
-       },
+      {"none", Json(), kDefaultResources},
+      {"guaranteed",
+       {{"requests", {{"cpu", "2"}, {"memory", "2Gi"}}},
+        {"limits", {{"cpu", "2000m"}, {"memory", "2Gi"}}}},
        kPinned},
       {"requests below limits",
-       [](Json& v) {
-         v["spec"]["domain"]["resources"] = {{"requests", {{"cpu", "1"}, {"memory", "2Gi"}}},
-                                             {"limits", {{"cpu", "2"}, {"memory", "2Gi"}}}};
-       },
+       {{"requests", {{"cpu", "1"}, {"memory", "2Gi"}}},
+        {"limits", {{"cpu", "2"}, {"memory", "2Gi"}}}},
        kDefaultResources},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    Json vmi = S3Vmi();
-    c.edit(vmi);
-    auto in = testing::Pod(LauncherPod().dump(), "vms");
-    Verdict v = EvaluateVirtLauncher(in, IrsaPolicy(), Recorded(vmi, IrsaPolicy()));
-    Json out = Apply(in, v);
-    EXPECT_EQ(out["spec"]["containers"][1]["resources"], Json::parse(c.resources));
-  }
-  for (const auto& c : cases) {
-    SCOPED_TRACE("containerPath " + c.name);
-    Json vmi = ContainerPathVmi();
-    c.edit(vmi);
-    auto in = testing::Pod(ContainerPathLauncher().dump(), "vms");
-    Verdict v = EvaluateVirtLauncher(in, GatedPolicy(), Recorded(vmi, GatedPolicy()));
-    Json out = Apply(in, v);
-    EXPECT_EQ(out["spec"]["containers"][2]["resources"], Json::parse(c.resources));
+    Json pod = AnnotatedLauncher();
+    if (!c.resources.is_null()) pod["spec"]["containers"][0]["resources"] = c.resources;
+    auto in = testing::Pod(pod.dump(), "vms");
+    Json out = Apply(in, EvaluateVirtLauncher(in, GatedPolicy()));
+    EXPECT_EQ(out["spec"]["containers"][1]["resources"], Json::parse(c.want));
   }
 }
 

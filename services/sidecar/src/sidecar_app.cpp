@@ -1,5 +1,7 @@
 #include "sidecar_app.hpp"
 
+#include <iostream>
+
 #include "wisp/log/log.hpp"
 #include "wisp/status/clock.hpp"
 
@@ -25,12 +27,36 @@ void AddSidecarFlags(config::Flags& flags, SidecarSettings& s) {
   flags.String("scope", &s.scope, "Space-separated scopes to ask the STS for.");
   flags.String("metrics-address", &s.metrics_address,
                "host:port for /metrics, /healthz and /readyz (e.g. 0.0.0.0:9095); empty = none.");
+  flags.String("ready-file", &s.ready_file,
+               "Where the expiry of the token held is published for the probes (never the token "
+               "itself); empty = `ready` in the socket's directory.");
+  flags.Bool("probe", &s.probe,
+             "Check the ready file and exit: 0 while it names an unexpired token, else 1 (the "
+             "startupProbe and readinessProbe of the injected container).");
   flags.String("log-level", &s.log_level, "trace|debug|info|warn|error.");
   flags.String("log-format", &s.log_format, "text|json.");
 }
 
 StsOptions StsOptionsFrom(const SidecarSettings& s) {
-  return {.url = s.sts_url, .ca_file = s.ca_file, .ca_pem = s.ca_pem, .audience = s.audience, .scope = s.scope};
+  return {.url = s.sts_url,
+          .ca_file = s.ca_file,
+          .ca_pem = s.ca_pem,
+          .audience = s.audience,
+          .scope = s.scope};
+}
+
+std::string ReadyFilePath(const SidecarSettings& s) {
+  if (!s.ready_file.empty()) return s.ready_file;
+  const size_t slash = s.socket.rfind('/');
+  return slash == std::string::npos ? "ready" : s.socket.substr(0, slash + 1) + "ready";
+}
+
+int Probe(const SidecarSettings& s) {
+  const std::string path = ReadyFilePath(s);
+  absl::Status st = CheckReady(path, std::chrono::system_clock::now());
+  std::cout << "wisp-sidecar: " << (st.ok() ? "ready: holds a token" : std::string(st.message()))
+            << "\n";
+  return st.ok() ? 0 : 1;
 }
 
 absl::Status InitLogging(const SidecarSettings& s) {
@@ -64,12 +90,52 @@ absl::StatusOr<std::unique_ptr<SidecarApp>> SidecarApp::Start(const SidecarSetti
   WISP_RETURN_IF_ERROR(app->server_->Start());
   *app->serving_ = true;
   SPDLOG_LOGGER_INFO(log::Get("sidecar"), "serving tokens on {}", s.socket);
+  app->ready_ = std::make_unique<ReadyFile>(ReadyFilePath(s));
+  app->ready_->Clear();  // a previous run's file says nothing about this one
+  app->refresher_ = std::thread([raw = app.get()] { raw->Refresh(); });
   return app;
+}
+
+void SidecarApp::Refresh() {
+  auto logger = log::Get("sidecar");
+  std::chrono::seconds backoff{1};
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    absl::StatusOr<CachedToken> token = tokens_->Get();
+    std::chrono::milliseconds wait;
+    if (token.ok()) {
+      if (absl::Status st = ready_->Publish(token->expiry); !st.ok()) {
+        SPDLOG_LOGGER_WARN(logger, "{}", std::string(st.message()));
+      }
+      backoff = std::chrono::seconds(1);
+      // Again at 80% of what is left (TokenServer refreshes from there), at least 1 s apart.
+      const auto left = token->expiry - std::chrono::system_clock::now();
+      wait = std::max<std::chrono::milliseconds>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(left * 4 / 5) +
+              std::chrono::milliseconds(500),
+          std::chrono::seconds(1));
+    } else {
+      SPDLOG_LOGGER_WARN(logger, "no token yet, retrying in {} s: {}", backoff.count(),
+                         std::string(token.status().message()));
+      wait = backoff;
+      backoff = std::min<std::chrono::seconds>(backoff * 2, std::chrono::seconds(30));
+    }
+    lock.lock();
+    cv_.wait_for(lock, wait, [this] { return stopping_; });
+  }
 }
 
 SidecarApp::~SidecarApp() { Stop(); }
 
 void SidecarApp::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (refresher_.joinable()) refresher_.join();
+  if (ready_) ready_->Clear();
   if (server_) server_->Stop();
   if (endpoint_) endpoint_->Stop();
 }

@@ -7,7 +7,14 @@
 //   - SidecarApp::Start() takes the STS client (an interface: unit tests pass a fake), starts the
 //     metrics endpoint when metrics_address is set (/readyz: "socket not listening yet" until the
 //     socket serves) and the token-url server, which answers every method on every path.
-//   - Stop() stops the socket server, then the metrics endpoint.
+//   - From its start the app keeps a token warm: a refresher thread exchanges at once (retrying
+//     1 s, 2 s, ... up to 30 s while the STS or the token file is not there yet), again at 80% of
+//     each token's lifetime, and after each success publishes the expiry in the ready file
+//     (ReadyFile; the token itself is never written). `wisp-sidecar --probe` checks that file:
+//     the startupProbe and readinessProbe wisp-policy injects, so the pod is not Ready (and, for a
+//     native sidecar, its app containers do not start) before the sidecar holds a token.
+//   - Stop() stops the refresher, clears the ready file, stops the socket server, then the
+//     metrics endpoint.
 //
 // Example (wisp-sidecar's main.cpp):
 //   sidecar::SidecarSettings settings;
@@ -17,9 +24,13 @@
 //   auto app = sidecar::SidecarApp::Start(settings, *std::move(sts));
 //   ... wait for SIGTERM ... (*app)->Stop();
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
+#include "ready_file.hpp"
 #include "sidecar_metrics.hpp"
 #include "sts_client.hpp"
 #include "token_file.hpp"
@@ -41,7 +52,15 @@ struct SidecarSettings {
   std::string metrics_address;
   std::string log_level = "info";
   std::string log_format = "text";
+  std::string ready_file;  // "" = "ready" beside the socket
+  bool probe = false;      // check the ready file and exit (the pod's probes)
 };
+
+// The ready file the settings name (`ready` in the socket's directory unless --ready-file).
+std::string ReadyFilePath(const SidecarSettings& settings);
+// `wisp-sidecar --probe`: 0 when the ready file names an unexpired token, else 1; one line on
+// stdout saying which (never the token).
+int Probe(const SidecarSettings& settings);
 
 void AddSidecarFlags(config::Flags& flags, SidecarSettings& settings);
 StsOptions StsOptionsFrom(const SidecarSettings& settings);
@@ -57,6 +76,7 @@ class SidecarApp {
 
  private:
   SidecarApp() = default;
+  void Refresh();  // the refresher thread
   std::unique_ptr<StsClient> sts_;
   std::unique_ptr<SidecarMetrics> counters_;
   std::unique_ptr<metrics::Endpoint> endpoint_;
@@ -64,6 +84,11 @@ class SidecarApp {
   std::unique_ptr<TokenFile> file_;
   std::unique_ptr<TokenServer> tokens_;
   std::unique_ptr<http::Server> server_;
+  std::unique_ptr<ReadyFile> ready_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread refresher_;
 };
 
 }  // namespace wisp::sidecar

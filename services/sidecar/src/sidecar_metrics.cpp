@@ -1,5 +1,7 @@
 #include "sidecar_metrics.hpp"
 
+#include "sts_client.hpp"
+
 namespace wisp::sidecar {
 
 SidecarMetrics::SidecarMetrics(prometheus::Registry& r)
@@ -28,17 +30,10 @@ SidecarMetrics::SidecarMetrics(prometheus::Registry& r)
                                    .Register(r)
                                    .Add({})) {}
 
-std::string_view SidecarMetrics::Outcome(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk:
-      return "ok";
-    case absl::StatusCode::kPermissionDenied:
-      return "rejected";
-    case absl::StatusCode::kFailedPrecondition:
-      return "token_file";
-    default:
-      return "unavailable";
-  }
+std::string_view SidecarMetrics::Outcome(const absl::Status& status, bool from_token_file) {
+  if (status.ok()) return "ok";
+  if (from_token_file) return "token_file";
+  return IsRejection(status) ? "rejected" : "unavailable";
 }
 
 }  // namespace wisp::sidecar

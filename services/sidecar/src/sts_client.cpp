@@ -1,10 +1,8 @@
 #include "sts_client.hpp"
 
-#include <fstream>
-
-#include <boost/asio/ssl.hpp>
-#include <cpprest/http_client.h>
 #include <nlohmann/json.hpp>
+
+#include "wisp/http/url.hpp"
 
 namespace wisp::sidecar {
 namespace {
@@ -12,6 +10,24 @@ namespace {
 constexpr const char* kGrant = "urn:ietf:params:oauth:grant-type:token-exchange";
 constexpr const char* kJwt = "urn:ietf:params:oauth:token-type:jwt";
 constexpr const char* kAccess = "urn:ietf:params:oauth:token-type:access_token";
+
+absl::Status ValidateOptions(const StsOptions& options) {
+  WISP_ASSIGN_OR_RETURN(http::Url url, http::ParseUrl(options.url, "sts-url"));
+  if (url.scheme != "https") return absl::InvalidArgumentError("sts-url: must be an https:// URL");
+  if (!url.user_info.empty()) {
+    return absl::InvalidArgumentError("sts-url: must not carry user information");
+  }
+  if (!options.ca_file.empty() && !options.ca_pem.empty()) {
+    return absl::InvalidArgumentError("ca-file and ca-pem: give one of them, not both");
+  }
+  if (!options.ca_pem.empty() &&
+      options.ca_pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+    return absl::InvalidArgumentError("ca-pem: not a PEM certificate bundle");
+  }
+  if (options.audience.empty()) return absl::InvalidArgumentError("audience: required");
+  if (options.timeout.count() <= 0) return absl::InvalidArgumentError("timeout: must be positive");
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -32,82 +48,81 @@ std::string FormEscape(std::string_view value) {
   return out;
 }
 
-struct HttpStsClient::Impl {
-  StsOptions options;
-  std::unique_ptr<web::http::client::http_client> client;
-};
-
-HttpStsClient::HttpStsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-HttpStsClient::~HttpStsClient() = default;
+bool IsRejection(const absl::Status& status) {
+  // The codes http::StatusOf gives only for 4xx answers (400, 401, 403, 404/410, 409, 416).
+  // FailedPrecondition (412 and rarer 4xx) is left out: it is also what an untrusted
+  // certificate gives.
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kOutOfRange:
+      return true;
+    default:
+      return false;
+  }
+}
 
 absl::StatusOr<std::unique_ptr<HttpStsClient>> HttpStsClient::Create(StsOptions options) {
-  if (options.url.rfind("https://", 0) != 0) {
-    return absl::InvalidArgumentError("sts-url: must be an https:// URL");
-  }
-  // No CA file: the system trust store verifies the gateway (a publicly or operator-trusted
+  WISP_RETURN_IF_ERROR(ValidateOptions(options));
+  // No CA: the system trust store verifies the gateway (a publicly or operator-trusted
   // certificate); a CA file that is named but unreadable is a mistake, not a fallback.
-  if (!options.ca_file.empty() && !std::ifstream(options.ca_file)) {
-    return absl::InvalidArgumentError("ca-file: cannot read \"" + options.ca_file + "\"");
+  auto client = http::NewClient({.tls = {.ca_pem = options.ca_pem, .ca_file = options.ca_file},
+                                 .connect_timeout = options.timeout,
+                                 .read_timeout = options.timeout,
+                                 .total_timeout = options.timeout,
+                                 .max_response_bytes = 1 << 20,
+                                 .user_agent = "wisp-sidecar/" WISP_VERSION,
+                                 .name = "sts-client"});
+  if (!client.ok()) {
+    // The client names its own fields (tls.ca_file: ...); name the flags instead.
+    std::string why(client.status().message());
+    const std::pair<std::string_view, std::string_view> renames[] = {{"tls.ca_file: ", "ca-file: "},
+                                                                     {"tls.ca_pem: ", "ca-pem: "}};
+    for (const auto& [from, to] : renames) {
+      if (why.rfind(from, 0) == 0) why = std::string(to) + why.substr(from.size());
+    }
+    return absl::InvalidArgumentError(why);
   }
-  if (!options.ca_file.empty() && !options.ca_pem.empty()) {
-    return absl::InvalidArgumentError("ca-file and ca-pem: give one of them, not both");
-  }
-  if (!options.ca_pem.empty() &&
-      options.ca_pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
-    return absl::InvalidArgumentError("ca-pem: not a PEM certificate bundle");
-  }
-  if (options.audience.empty()) return absl::InvalidArgumentError("audience: required");
-  auto impl = std::make_unique<Impl>();
-  impl->options = options;
-  try {
-    web::http::client::http_client_config config;
-    config.set_timeout(options.timeout);
-    config.set_validate_certificates(true);
-    const std::string ca = options.ca_file;
-    const std::string pem = options.ca_pem;
-    config.set_ssl_context_callback([ca, pem](boost::asio::ssl::context& ctx) {
-      if (!pem.empty()) {
-        ctx.add_certificate_authority(boost::asio::buffer(pem));
-      } else if (ca.empty()) {
-        ctx.set_default_verify_paths();
-      } else {
-        ctx.load_verify_file(ca);
-      }
-    });
-    impl->client = std::make_unique<web::http::client::http_client>(options.url, config);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(std::string("sts-url: ") + e.what());
-  }
-  return std::unique_ptr<HttpStsClient>(new HttpStsClient(std::move(impl)));
+  return Create(std::move(options), std::shared_ptr<http::Client>(std::move(*client)));
+}
+
+absl::StatusOr<std::unique_ptr<HttpStsClient>> HttpStsClient::Create(
+    StsOptions options, std::shared_ptr<http::Client> client) {
+  WISP_RETURN_IF_ERROR(ValidateOptions(options));
+  return std::unique_ptr<HttpStsClient>(new HttpStsClient(std::move(options), std::move(client)));
 }
 
 absl::StatusOr<AccessToken> HttpStsClient::Exchange(const std::string& subject_token) {
-  const auto& o = impl_->options;
+  const auto& o = options_;
   std::string body =
       std::string("grant_type=") + FormEscape(kGrant) +
       "&subject_token=" + FormEscape(subject_token) + "&subject_token_type=" + FormEscape(kJwt) +
       "&requested_token_type=" + FormEscape(kAccess) + "&audience=" + FormEscape(o.audience);
   if (!o.scope.empty()) body += "&scope=" + FormEscape(o.scope);
-  int status = 0;
-  std::string text;
-  try {
-    web::http::http_request req(web::http::methods::POST);
-    req.set_body(body, "application/x-www-form-urlencoded");
-    req.headers().add("Accept", "application/json");
-    web::http::http_response resp = impl_->client->request(req).get();
-    status = resp.status_code();
-    text = resp.extract_utf8string(true).get();
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(std::string("STS request failed: ") + e.what());
-  }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (status != 200) {
-    std::string what = "STS answered HTTP " + std::to_string(status);
-    if (j.is_object() && j.contains("error")) {
-      what += ": " + j.value("error", "") + ": " + j.value("error_description", "");
+  WISP_ASSIGN_OR_RETURN(
+      http::ClientResponse resp,
+      client_->Send({.method = "POST",
+                     .url = o.url,
+                     .headers = {{"Content-Type", "application/x-www-form-urlencoded"},
+                                 {"Accept", "application/json"}},
+                     .body = std::move(body),
+                     .total_timeout = o.timeout}));
+  nlohmann::json j = nlohmann::json::parse(resp.body, nullptr, false);
+  if (resp.status != 200) {
+    absl::Status st = http::StatusOf(resp);
+    if (st.ok())
+      st = absl::UnavailableError("HTTP " + std::to_string(resp.status) + " from " + resp.url);
+    std::string what = "STS answered " + std::string(st.message());
+    if (j.is_object() && j.contains("error") && j["error"].is_string()) {
+      what += ": " + j["error"].get<std::string>();
+      if (j.contains("error_description") && j["error_description"].is_string()) {
+        what += ": " + j["error_description"].get<std::string>();
+      }
     }
-    if (status >= 400 && status < 500 && status != 429) return absl::PermissionDeniedError(what);
-    return absl::UnavailableError(what);
+    return absl::Status(st.code(), what);
   }
   if (!j.is_object() || !j.contains("access_token") || !j["access_token"].is_string() ||
       !j.contains("expires_in") || !j["expires_in"].is_number_integer()) {

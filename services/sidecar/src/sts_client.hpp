@@ -4,18 +4,24 @@
 // Contract:
 //   - Exchange() POSTs form-encoded grant_type token-exchange, subject_token, subject_token_type
 //     ...:jwt, requested_token_type ...:access_token, audience and scope, and returns the token
-//     with its lifetime. An RFC 6749 error answer becomes a Status whose message carries the error
-//     code and description (PermissionDenied for 4xx, Unavailable for 5xx and transport errors).
-//   - HttpStsClient speaks HTTPS only, verifying the server against the CA file (and host name).
-//     cpprestsdk exceptions are caught here and never cross the interface.
+//     with its lifetime. A non-200 answer is a Status with http::StatusOf's code (400
+//     InvalidArgument, 401 Unauthenticated, 403 PermissionDenied, 5xx Unavailable, ...) whose
+//     message adds the RFC 6749 error code and description; transport failures carry the
+//     client's mapping too (an untrusted certificate is FailedPrecondition). IsRejection() tells
+//     the STS's refusals (400, 401, 403, 404, 409, 416) from failures to reach it.
+//   - HttpStsClient speaks HTTPS only, through http::Client (common/http), verifying the server
+//     against the CA (file or PEM text; neither = the system trust store) and its host name;
+//     `timeout` bounds each exchange. The subject token is never logged nor put in a Status.
 //
 //   auto sts = HttpStsClient::Create({.url = "https://gw:8443/v1/token", .ca_file = ca,
 //                                     .audience = "storage.wisp.dev"});
 //   WISP_ASSIGN_OR_RETURN(AccessToken t, (*sts)->Exchange(jwt));
+//   // unit tests: HttpStsClient::Create(options, std::make_shared<http::testing::FakeClient>())
 #include <chrono>
 #include <memory>
 #include <string>
 
+#include "wisp/http/client.hpp"
 #include "wisp/status/status.hpp"
 
 namespace wisp::sidecar {
@@ -43,16 +49,24 @@ struct StsOptions {
 
 class HttpStsClient final : public StsClient {
  public:
+  // InvalidArgument naming the flag (sts-url, ca-file, ca-pem, audience) for bad options.
   static absl::StatusOr<std::unique_ptr<HttpStsClient>> Create(StsOptions options);
-  ~HttpStsClient() override;
+  // Over a given client (a FakeClient in tests): the options' CA is the client's business then.
+  static absl::StatusOr<std::unique_ptr<HttpStsClient>> Create(
+      StsOptions options, std::shared_ptr<http::Client> client);
   absl::StatusOr<AccessToken> Exchange(const std::string& subject_token) override;
 
-  struct Impl;
-
  private:
-  explicit HttpStsClient(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  HttpStsClient(StsOptions options, std::shared_ptr<http::Client> client)
+      : options_(std::move(options)), client_(std::move(client)) {}
+  StsOptions options_;
+  std::shared_ptr<http::Client> client_;
 };
+
+// True when Exchange()'s Status says the STS refused the exchange (its code is one http::StatusOf
+// gives only for a 4xx answer: InvalidArgument, Unauthenticated, PermissionDenied, NotFound,
+// Aborted, OutOfRange); false for failures to reach it or to get a usable answer.
+bool IsRejection(const absl::Status& status);
 
 // Form encoding for one value (RFC 3986 unreserved characters kept, the rest %XX).
 std::string FormEscape(std::string_view value);

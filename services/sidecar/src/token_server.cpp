@@ -75,6 +75,7 @@ absl::StatusOr<CachedToken> TokenServer::Get() {
   absl::StatusOr<AccessToken> fresh = absl::UnknownError("not attempted");
   const int loads_before = file_.loads();
   auto subject = file_.Read();
+  const bool from_token_file = !subject.ok();
   if (!subject.ok()) {
     fresh = subject.status();
   } else {
@@ -84,7 +85,7 @@ absl::StatusOr<CachedToken> TokenServer::Get() {
   if (metrics_) {
     if (file_.loads() != loads_before) metrics_->token_file_reloads_total.Increment();
     metrics_->sts_exchanges_total
-        .Add({{"outcome", std::string(SidecarMetrics::Outcome(fresh.status()))}})
+        .Add({{"outcome", std::string(SidecarMetrics::Outcome(fresh.status(), from_token_file))}})
         .Increment();
   }
 

@@ -4,8 +4,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -79,6 +81,69 @@ TEST(SidecarAppTest, ServesTheExchangedToken) {
   EXPECT_NE(resp.find("\"access_token\":\"access-1\""), std::string::npos) << resp;
   (*app)->Stop();
   EXPECT_EQ(Get(s.socket), "");
+  fs::remove_all(dir);
+}
+
+class NoSts : public StsClient {
+ public:
+  absl::StatusOr<AccessToken> Exchange(const std::string&) override {
+    return absl::UnavailableError("connection refused");
+  }
+};
+
+// Tests that the app exchanges at once, publishes the token's expiry (not the token) in the
+// ready file beside the socket, that --probe then passes, and that Stop() clears the file.
+TEST(SidecarAppTest, ReadyFileSaysWhenATokenIsHeld) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("sidecar_ready_test_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  SidecarSettings s;
+  s.socket = (dir / "token.sock").string();
+  s.token_file = (dir / "token").string();
+  std::ofstream(s.token_file) << "projected-jwt";
+  EXPECT_EQ(ReadyFilePath(s), (dir / "ready").string());
+  EXPECT_EQ(Probe(s), 1) << "no file yet";
+  auto app = SidecarApp::Start(s, std::make_unique<OneTokenSts>());
+  ASSERT_TRUE(app.ok()) << app.status();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!fs::exists(dir / "ready") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::ifstream in(dir / "ready");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("access-1"), std::string::npos) << "the token must never be written";
+  const long long expiry = std::stoll(text);
+  const long long now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  EXPECT_NEAR(expiry, now + 1000, 5);
+  EXPECT_EQ(Probe(s), 0);
+  (*app)->Stop();
+  EXPECT_FALSE(fs::exists(dir / "ready"));
+  EXPECT_EQ(Probe(s), 1);
+  fs::remove_all(dir);
+}
+
+// Tests that without a token (the STS down) there is no ready file, and Stop() is prompt even
+// while the refresher backs off.
+TEST(SidecarAppTest, NoReadyFileWithoutAToken) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("sidecar_noready_test_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  SidecarSettings s;
+  s.socket = (dir / "token.sock").string();
+  s.token_file = (dir / "token").string();
+  s.ready_file = (dir / "probe-here").string();
+  std::ofstream(s.token_file) << "projected-jwt";
+  std::ofstream(s.ready_file) << "99999999999\n";  // a stale file from an earlier run
+  auto app = SidecarApp::Start(s, std::make_unique<NoSts>());
+  ASSERT_TRUE(app.ok()) << app.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(fs::exists(s.ready_file)) << "a stale file must not make a new start ready";
+  EXPECT_EQ(Probe(s), 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  (*app)->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   fs::remove_all(dir);
 }
 

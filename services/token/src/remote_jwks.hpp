@@ -3,10 +3,13 @@
 // for the STS to verify subject tokens that issuer signed.
 //
 // Contract:
-//   - HttpsJwksFetcher GETs the URL over TLS, verifying the server's certificate (and host name)
-//     against the CA file (empty = the system trust store); plain http:// is refused. A response
-//     over `max_bytes` (Content-Length or body) is refused without reading the rest, as are
-//     non-200 answers; each is a Status naming the URL (never a key).
+//   - HttpsJwksFetcher GETs the URL through http::Client (common/http) over TLS, verifying the
+//     server's certificate (and host name) against the CA file (empty = the system trust store);
+//     plain http:// and URLs with user information are refused. `timeout` bounds the whole fetch.
+//     A response over `max_bytes` (Content-Length or body) is refused without reading the rest
+//     (ResourceExhausted), as are answers other than 200. Failures carry the client's one Status
+//     mapping (an untrusted certificate is FailedPrecondition "certificate verify failed", a 404
+//     NotFound, a 5xx Unavailable), each naming the URL (never a key).
 //   - RemoteJwks::Refresh() fetches and parses the set. A failed fetch or a bad document keeps the
 //     last good set (counted as failure, logged once per attempt); the first successful fetch
 //     makes the issuer usable. Until then Current() is an empty set (every token is refused).
@@ -19,6 +22,7 @@
 //
 // Example:
 //   auto fetcher = HttpsJwksFetcher::Create({.ca_file = "/etc/wisp/idp-ca.pem"});
+//   // unit tests: HttpsJwksFetcher(std::make_shared<http::testing::FakeClient>(), {})
 //   RemoteJwks jwks(*fetcher, {.url = "https://idp.example/keys", .issuer = iss}, clock, metrics);
 //   (void)jwks.Refresh();
 //   std::shared_ptr<const jwt::KeySet> keys = jwks.Current();
@@ -28,6 +32,7 @@
 #include <string>
 
 #include "metrics.hpp"
+#include "wisp/http/client.hpp"
 #include "wisp/jwt/jws.hpp"
 #include "wisp/status/clock.hpp"
 #include "wisp/status/status.hpp"
@@ -53,12 +58,15 @@ struct HttpsFetchOptions {
 
 class HttpsJwksFetcher final : public JwksFetcher {
  public:
-  // InvalidArgument naming ".jwksCaFile" when the CA file cannot be read or parsed.
+  // InvalidArgument naming the CA file when it cannot be read or parsed.
   static absl::StatusOr<std::unique_ptr<HttpsJwksFetcher>> Create(HttpsFetchOptions options);
+  // Over a given client (a FakeClient in tests); options.ca_file is the client's business then.
+  HttpsJwksFetcher(std::shared_ptr<http::Client> client, HttpsFetchOptions options)
+      : client_(std::move(client)), options_(std::move(options)) {}
   absl::StatusOr<std::string> Fetch(const std::string& url) override;
 
  private:
-  explicit HttpsJwksFetcher(HttpsFetchOptions options) : options_(std::move(options)) {}
+  std::shared_ptr<http::Client> client_;
   HttpsFetchOptions options_;
 };
 

@@ -1,11 +1,17 @@
 #include "remote_jwks.hpp"
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
 #include "exchanger.hpp"
 #include "policy_store.hpp"
+#include "wisp/http/server.hpp"
+#include "wisp/http/testing/fake_client.hpp"
+#include "wisp/http/testing/test_pki.hpp"
 #include "wisp/token/testing/test_env.hpp"
 
 namespace wisp::token {
@@ -136,6 +142,129 @@ TEST(HttpsUrlTest, RefusesWhatIsNotHttps) {
     ASSERT_FALSE(st.ok());
     EXPECT_NE(std::string(st.message()).find("trustedIssuers[0].jwksUrl"), std::string::npos);
   }
+}
+
+bool Has(const absl::Status& st, std::string_view text) {
+  return std::string(st.message()).find(text) != std::string::npos;
+}
+
+// Tests that the fetcher GETs the URL once, asking for a JWKS within the size limit and the
+// timeout, and returns the body as it came.
+TEST(HttpsJwksFetcherTest, GetsTheSetWithinTheLimits) {
+  auto fake = std::make_shared<http::testing::FakeClient>();
+  fake->On("GET", "https://idp.example/keys", http::testing::FakeClient::Ok(R"({"keys":[]})"));
+  HttpsJwksFetcher fetcher(fake, {.timeout = std::chrono::seconds(3), .max_bytes = 4096});
+  auto body = fetcher.Fetch("https://idp.example/keys");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(*body, R"({"keys":[]})");
+  const auto requests = fake->requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].method, "GET");
+  EXPECT_EQ(requests[0].max_response_bytes, 4096u);
+  EXPECT_EQ(requests[0].total_timeout, std::chrono::milliseconds(3000));
+  ASSERT_EQ(requests[0].headers.size(), 1u);
+  EXPECT_EQ(requests[0].headers[0].first, "Accept");
+  EXPECT_NE(requests[0].headers[0].second.find("application/jwk-set+json"), std::string::npos);
+}
+
+// Tests that plain http and user info are refused before anything is sent.
+TEST(HttpsJwksFetcherTest, RefusesNonHttpsUrlsWithoutSending) {
+  auto fake = std::make_shared<http::testing::FakeClient>();
+  HttpsJwksFetcher fetcher(fake, {});
+  for (const char* bad : {"http://idp.example/keys", "https://u:p@idp.example/keys"}) {
+    SCOPED_TRACE(bad);
+    auto r = fetcher.Fetch(bad);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_TRUE(Has(r.status(), "JWKS URL")) << r.status();
+  }
+  EXPECT_TRUE(fake->requests().empty());
+}
+
+// Tests that failures carry the client's one Status mapping: HTTP answers through StatusOf, a
+// transport error and an oversized body as the client gives them.
+TEST(HttpsJwksFetcherTest, FailuresUseTheClientsMapping) {
+  auto fake = std::make_shared<http::testing::FakeClient>();
+  fake->On("GET", "https://idp/missing", http::testing::FakeClient::Ok("gone", 404));
+  fake->On("GET", "https://idp/down", http::testing::FakeClient::Ok("oops", 503));
+  fake->On("GET", "https://idp/untrusted",
+           absl::FailedPreconditionError("GET https://idp/untrusted: TLS handshake with idp:443 "
+                                         "failed: certificate verify failed (self-signed)"));
+  fake->On("GET", "https://idp/big", http::testing::FakeClient::Ok(std::string(100, 'x')));
+  HttpsJwksFetcher fetcher(fake, {.max_bytes = 64});
+  const std::pair<const char*, absl::StatusCode> cases[] = {
+      {"https://idp/missing", absl::StatusCode::kNotFound},
+      {"https://idp/down", absl::StatusCode::kUnavailable},
+      {"https://idp/untrusted", absl::StatusCode::kFailedPrecondition},
+      {"https://idp/big", absl::StatusCode::kResourceExhausted},
+  };
+  for (const auto& [url, code] : cases) {
+    SCOPED_TRACE(url);
+    auto r = fetcher.Fetch(url);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), code) << r.status();
+    EXPECT_TRUE(Has(r.status(), url)) << r.status();
+  }
+}
+
+// A JWKS server over real TLS (http::Server), its certificate for localhost signed by a test CA
+// (MakeTestPki); other.pem is a CA that did not sign it.
+class HttpsJwksFetcherTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/wisp-jwks-tls-" + std::to_string(::getpid());
+    ASSERT_TRUE(http::testing::MakeTestPki(dir_));
+    auto server = http::Server::Create(http::testing::TlsServerOptions(dir_));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    server_->Handle("GET", "/keys",
+                    [this](const http::Request&) { return http::Response::Json(200, jwks_); });
+    server_->Handle("GET", "/big", [](const http::Request&) {
+      return http::Response::Json(200, "{\"pad\":\"" + std::string(2 << 20, 'x') + "\"}");
+    });
+    ASSERT_TRUE(server_->Start().ok());
+  }
+  void TearDown() override {
+    if (server_) server_->Stop(std::chrono::milliseconds(0));
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  std::string Url(const std::string& path) const {
+    return "https://localhost:" + std::to_string(server_->port()) + path;
+  }
+
+  std::string dir_;
+  std::string jwks_;
+  std::unique_ptr<http::Server> server_;
+};
+
+// Tests the real fetcher over TLS: the set comes through a server the CA file trusts; a server it
+// does not trust is FailedPrecondition "certificate verify failed"; a JWKS over the size limit is
+// refused; an unreadable CA file is refused at Create.
+TEST_F(HttpsJwksFetcherTlsTest, FetchesOverVerifiedTls) {
+  auto key = *jwt::PrivateKey::Generate(jwt::Algorithm::kES256);
+  jwks_ = JwksOf({&key});
+  auto trusted = HttpsJwksFetcher::Create({.ca_file = dir_ + "/ca.pem"});
+  ASSERT_TRUE(trusted.ok()) << trusted.status();
+  auto body = (*trusted)->Fetch(Url("/keys"));
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(*body, jwks_);
+  auto big = (*trusted)->Fetch(Url("/big"));
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  EXPECT_TRUE(Has(big.status(), "larger than 1048576 bytes")) << big.status();
+
+  auto untrusted = HttpsJwksFetcher::Create({.ca_file = dir_ + "/other.pem"});
+  ASSERT_TRUE(untrusted.ok()) << untrusted.status();
+  auto refused = (*untrusted)->Fetch(Url("/keys"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_TRUE(Has(refused.status(), "certificate verify failed")) << refused.status();
+
+  auto missing = HttpsJwksFetcher::Create({.ca_file = dir_ + "/nonexistent.pem"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Has(missing.status(), "nonexistent.pem")) << missing.status();
 }
 
 // Tests the policy keys of a JWKS URL and their errors.

@@ -7,8 +7,8 @@
 // Contract:
 //   - FILE holds one or more YAML (or JSON) documents; each is admitted in order. Without --bus
 //     the rules run in-process from --policy-file (default: built-in policy) with an in-memory
-//     record store shared by the documents (a VMI then its launcher pod, a VolumeImportSource then
-//     its PVC). With --bus the same AdmissionCall goes to wisp.v1.policy.* over NATS.
+//     record store shared by the documents (a VolumeImportSource then its PVC). With --bus the
+//     same AdmissionCall goes to wisp.v1.policy.* over NATS.
 //   - The mutating rules always run; --validate also runs the validating rules on the mutated
 //     object, as kube-apiserver does.
 //   - Output (YAML): per document a verdict (allowed, code, message, warnings, audit annotations,

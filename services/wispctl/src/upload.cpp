@@ -1,59 +1,32 @@
 #include "upload.hpp"
 
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <unistd.h>
 
-#include <utility>  // before boost/asio (see common/http/src/server.cpp)
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/address.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
 #include "volume.hpp"
-#include "wisp/http/url.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/http/url.hpp"
 #include "wisp/v1/token.pb.h"
 #include "wisp/v1/volume.pb.h"
 
 namespace wisp::wispctl {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
-namespace ssl = boost::asio::ssl;
-using tcp = asio::ip::tcp;
-using Stream = beast::ssl_stream<beast::tcp_stream>;
-
-absl::StatusOr<http::Url> ParseHttpsUrl(const std::string& url) {
+absl::Status ValidateHttpsUrl(const std::string& url) {
   WISP_ASSIGN_OR_RETURN(http::Url out, http::ParseUrl(url, "--gateway-url"));
   if (out.scheme != "https") {
     return absl::InvalidArgumentError("--gateway-url: \"" + url + "\" is not an https:// URL");
   }
-  return out;
-}
-
-// Runs one asynchronous operation to its end on `ioc` (so each step gets the stream's timeout).
-template <typename Start>
-beast::error_code RunOp(asio::io_context& ioc, Start&& start) {
-  beast::error_code result;
-  start([&result](beast::error_code ec, auto&&...) { result = ec; });
-  ioc.restart();
-  ioc.run();
-  return result;
+  return absl::OkStatus();
 }
 
 std::string HumanBytes(double b) {
@@ -75,127 +48,60 @@ int Fail(const absl::Status& status) {
 
 }  // namespace
 
-absl::StatusOr<PutResult> PutFile(const PutRequest& request,
+absl::StatusOr<http::ClientPtr> NewUploadClient(const std::string& ca_file,
+                                                std::chrono::milliseconds connect_timeout,
+                                                std::chrono::milliseconds io_timeout) {
+  auto client = http::NewClient({.tls = {.ca_file = ca_file},
+                                 .connect_timeout = connect_timeout,
+                                 .read_timeout = io_timeout,
+                                 .user_agent = "wispctl/" WISP_VERSION,
+                                 .max_idle_per_host = 0,
+                                 .name = "upload"});
+  if (!client.ok() && client.status().code() == absl::StatusCode::kInvalidArgument) {
+    std::string why(client.status().message());
+    if (why.rfind("tls.ca_file: ", 0) == 0) why = why.substr(13);
+    return absl::InvalidArgumentError("--ca-file: " + why);
+  }
+  return client;
+}
+
+absl::StatusOr<PutResult> PutFile(http::Client& client, const PutRequest& request,
                                   const std::function<void(uint64_t, uint64_t)>& progress) {
-  WISP_ASSIGN_OR_RETURN(http::Url url, ParseHttpsUrl(request.url));
+  WISP_RETURN_IF_ERROR(ValidateHttpsUrl(request.url));
   std::ifstream in(request.file, std::ios::binary);
   if (!in) return absl::InvalidArgumentError("FILE: cannot read " + request.file);
   in.seekg(0, std::ios::end);
   const uint64_t total = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
 
-  asio::io_context ioc;
-  ssl::context ctx(ssl::context::tls_client);
-  ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                  ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
-  beast::error_code ec;
-  if (!request.ca_file.empty()) {
-    ctx.load_verify_file(request.ca_file, ec);
-    if (ec)
-      return absl::InvalidArgumentError("--ca-file: " + request.ca_file + ": " + ec.message());
-  } else {
-    ctx.set_default_verify_paths();
-  }
-  Stream stream(ioc, ctx);
-  stream.set_verify_mode(ssl::verify_peer);
-  SSL* s = stream.native_handle();
-  beast::error_code ip_ec;
-  asio::ip::make_address(url.host, ip_ec);
-  if (ip_ec) {
-    SSL_set_tlsext_host_name(s, url.host.c_str());
-    SSL_set1_host(s, url.host.c_str());
-  } else {
-    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s), url.host.c_str());
-  }
-  const std::string where = url.host + ":" + url.port;
-  tcp::resolver resolver(ioc);
-  auto endpoints = resolver.resolve(url.host, url.port, ec);
-  if (ec) return absl::UnavailableError("resolving " + where + ": " + ec.message());
-  auto& lowest = beast::get_lowest_layer(stream);
-  lowest.expires_after(request.connect_timeout);
-  ec = RunOp(ioc, [&](auto h) { lowest.async_connect(endpoints, std::move(h)); });
-  if (ec) return absl::UnavailableError("connecting to " + where + ": " + ec.message());
-  lowest.expires_after(request.connect_timeout);
-  ec = RunOp(ioc, [&](auto h) { stream.async_handshake(ssl::stream_base::client, std::move(h)); });
-  if (ec) {
-    long verify = SSL_get_verify_result(s);
-    std::string why = verify != X509_V_OK ? std::string("certificate verify failed (") +
-                                                X509_verify_cert_error_string(verify) + ")"
-                                          : ec.message();
-    return absl::UnavailableError("TLS handshake with " + where + " failed: " + why);
-  }
-
-  bhttp::request<bhttp::buffer_body> req{bhttp::verb::put, url.target, 11};
-  req.set(bhttp::field::host, url.host);
-  req.set(bhttp::field::user_agent, "wispctl/" WISP_VERSION);
-  req.set(bhttp::field::content_type, "application/octet-stream");
-  req.set(bhttp::field::expect, "100-continue");
-  for (const auto& [k, v] : request.headers) req.set(k, v);
-  req.content_length(total);
-  req.body().data = nullptr;
-  req.body().more = true;
-  bhttp::request_serializer<bhttp::buffer_body> sr{req};
-  beast::flat_buffer buf;
-  // The final answer, read when the gateway answers early (a refusal) or after the body.
-  auto read_answer = [&](std::chrono::milliseconds timeout) -> absl::StatusOr<PutResult> {
-    bhttp::response_parser<bhttp::string_body> parser;
-    parser.body_limit(1 << 20);
-    lowest.expires_after(timeout);
-    auto rec = RunOp(ioc, [&](auto h) { bhttp::async_read(stream, buf, parser, std::move(h)); });
-    if (rec)
-      return absl::UnavailableError("reading the answer from " + where + ": " + rec.message());
-    return PutResult{static_cast<int>(parser.get().result_int()), parser.get().body()};
-  };
-  lowest.expires_after(request.io_timeout);
-  ec = RunOp(ioc, [&](auto h) { bhttp::async_write_header(stream, sr, std::move(h)); });
-  if (ec) return absl::UnavailableError("sending to " + where + ": " + ec.message());
-  {
-    // Expect: 100-continue: the gateway checks token and volume before asking for the body.
-    bhttp::response_parser<bhttp::string_body> head;
-    lowest.expires_after(request.io_timeout);
-    ec = RunOp(ioc, [&](auto h) { bhttp::async_read_header(stream, buf, head, std::move(h)); });
-    if (ec) return absl::UnavailableError("waiting for " + where + ": " + ec.message());
-    if (head.get().result() != bhttp::status::continue_) {
-      lowest.expires_after(request.io_timeout);
-      ec = RunOp(ioc, [&](auto h) { bhttp::async_read(stream, buf, head, std::move(h)); });
-      if (ec) return absl::UnavailableError("reading the answer: " + ec.message());
-      return PutResult{static_cast<int>(head.get().result_int()), head.get().body()};
-    }
-  }
-  std::vector<char> chunk(1 << 20);
+  http::ClientRequest req{.method = "PUT", .url = request.url};
+  req.bearer_token = request.bearer_token;
+  req.headers.emplace_back("Content-Type", "application/octet-stream");
+  for (const auto& [k, v] : request.headers) req.headers.emplace_back(k, v);
+  // The file streams from disk as it is sent; "Expect: 100-continue" lets the gateway check
+  // token and volume before asking for the body, so a refusal arrives before any byte is read.
   uint64_t sent = 0;
-  progress(0, total);
-  while (sent < total) {
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    const size_t n = static_cast<size_t>(in.gcount());
-    if (n == 0) return absl::DataLossError(request.file + " ended early (it changed?)");
-    req.body().data = chunk.data();
-    req.body().size = n;
-    req.body().more = true;
-    lowest.expires_after(request.io_timeout);
-    ec = RunOp(ioc, [&](auto h) { bhttp::async_write(stream, sr, std::move(h)); });
-    if (ec && ec != bhttp::error::need_buffer) {
-      // The gateway may have answered and closed (a bad image): show its answer if it came.
-      auto early = read_answer(std::chrono::seconds(2));
-      if (early.ok()) return early;
-      return absl::UnavailableError("sending " + request.file + " to " + where + " after " +
-                                    std::to_string(sent) + " bytes: " + ec.message());
+  bool started = false;
+  req.body_reader = [&](char* buf, size_t n) -> absl::StatusOr<size_t> {
+    if (!started) {
+      started = true;
+      progress(0, total);
     }
-    sent += n;
+    if (sent == total) return size_t{0};
+    in.read(buf, static_cast<std::streamsize>(std::min<uint64_t>(n, total - sent)));
+    const size_t got = static_cast<size_t>(in.gcount());
+    if (got == 0) return absl::DataLossError(request.file + " ended early (it changed?)");
+    sent += got;
     progress(sent, total);
-  }
-  req.body().data = nullptr;
-  req.body().size = 0;
-  req.body().more = false;
-  lowest.expires_after(request.io_timeout);
-  ec = RunOp(ioc, [&](auto h) { bhttp::async_write(stream, sr, std::move(h)); });
-  if (ec && ec != bhttp::error::need_buffer) {
-    return absl::UnavailableError("finishing the upload to " + where + ": " + ec.message());
-  }
-  auto answer = read_answer(request.finish_timeout);
-  beast::error_code ignored;
-  lowest.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  return answer;
+    return got;
+  };
+  req.body_size = total;
+  req.expect_continue = true;
+  // After the last byte the gateway converts and verifies before it answers.
+  req.response_timeout = request.finish_timeout;
+  req.max_response_bytes = 1 << 20;
+  WISP_ASSIGN_OR_RETURN(http::ClientResponse res, client.Send(req));
+  return PutResult{res.status, std::move(res.body)};
 }
 
 int RunUpload(const std::vector<std::string>& args) {
@@ -249,16 +155,17 @@ int RunUpload(const std::vector<std::string>& args) {
   PutRequest put;
   while (!gateway_url.empty() && gateway_url.back() == '/') gateway_url.pop_back();
   put.url = gateway_url + "/v1/upload/" + id;
-  put.ca_file = ca_file;
   put.file = file;
   put.finish_timeout = finish;
-  put.headers["Authorization"] = "Bearer " + token->token();
+  put.bearer_token = token->token();
   if (!sha256.empty()) put.headers["X-Wisp-Sha256"] = sha256;
+  auto client = NewUploadClient(ca_file, put.connect_timeout, put.io_timeout);
+  if (!client.ok()) return Fail(client.status());
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
   auto last_draw = start - std::chrono::seconds(1);
   std::cerr << "uploading " << file << " to " << name << " (" << id << ")\n";
-  auto result = PutFile(put, [&](uint64_t sent, uint64_t total) {
+  auto result = PutFile(**client, put, [&](uint64_t sent, uint64_t total) {
     if (!tty) return;
     auto now = std::chrono::steady_clock::now();
     if (sent != total && now - last_draw < std::chrono::milliseconds(200)) return;

@@ -5,10 +5,12 @@
 //   wispctl volume upload disk ./disk.qcow2      # WISP_GATEWAY_URL, WISP_CA_FILE from local-up
 //
 // Steps: look the volume up (wisp.v1.volume.get), ask wisp-token for an upload token bound to it
-// (wisp.v1.token.upload), PUT the file to <gateway>/v1/upload/<volume id> over HTTPS (verified
-// against --ca-file, "Expect: 100-continue" so a refusal arrives before any byte is sent),
-// streaming it from disk with a progress bar on a terminal, then print the outcome and the
-// volume's phase. Exit 0 once the volume is Succeeded, 1 otherwise (with the gateway's message).
+// (wisp.v1.token.upload), PUT the file to <gateway>/v1/upload/<volume id> over HTTPS through
+// http::Client (verified against --ca-file, "Expect: 100-continue" so a refusal arrives before
+// any byte is sent), streaming it from disk with a progress bar on a terminal, then print the
+// outcome and the volume's phase. Exit 0 once the volume is Succeeded, 1 otherwise (with the
+// gateway's message); 2 for a bad argument (--gateway-url, --ca-file, FILE).
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "wisp/http/client.hpp"
 #include "wisp/status/status.hpp"
 
 namespace wisp::wispctl {
@@ -28,18 +31,25 @@ struct PutResult {
 };
 
 struct PutRequest {
-  std::string url;      // https://host:port/path
-  std::string ca_file;  // "" = system roots
+  std::string url;  // https://host:port/path
   std::string file;
+  std::string bearer_token;  // never logged
   std::map<std::string, std::string> headers;
-  std::chrono::milliseconds connect_timeout = std::chrono::seconds(30);
-  std::chrono::milliseconds io_timeout = std::chrono::seconds(60);
-  std::chrono::milliseconds finish_timeout = std::chrono::minutes(10);
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(30);  // for NewUploadClient
+  std::chrono::milliseconds io_timeout = std::chrono::seconds(60);       // each read and write
+  std::chrono::milliseconds finish_timeout = std::chrono::minutes(10);   // last byte -> answer
 };
 
+// The client PutFile() sends through: TLS verified against `ca_file` ("" = the system roots).
+// InvalidArgument naming --ca-file when it cannot be loaded.
+absl::StatusOr<http::ClientPtr> NewUploadClient(const std::string& ca_file,
+                                                std::chrono::milliseconds connect_timeout,
+                                                std::chrono::milliseconds io_timeout);
+
 // Streams `file` as the body of an HTTPS PUT; `progress(sent, total)` is called as bytes go out.
-// A non-2xx answer is a result, not an error; errors are connection, TLS and file failures.
-absl::StatusOr<PutResult> PutFile(const PutRequest& request,
+// A non-2xx answer is a result, not an error; errors are connection, TLS and file failures, in
+// http::Client's one Status mapping (an untrusted gateway certificate is FailedPrecondition).
+absl::StatusOr<PutResult> PutFile(http::Client& client, const PutRequest& request,
                                   const std::function<void(uint64_t, uint64_t)>& progress);
 
 }  // namespace wisp::wispctl

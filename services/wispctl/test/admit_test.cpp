@@ -44,9 +44,9 @@ spec:
   EXPECT_FALSE(ParseManifests("a: [1, 2").ok());
 }
 
-// Tests the local run: a VMI is recorded, so its launcher pod in the same file gets the token
-// volume; a denial sets all_allowed false.
-TEST(AdmitTest, LocalRunSharesRecordsAcrossDocuments) {
+// Tests the local run: a VMI gets its token annotation, and its launcher pod (carrying the
+// annotation, as virt-controller copies it) the token volume; a denial sets all_allowed false.
+TEST(AdmitTest, LocalRunAdmitsVmiAndLauncherPod) {
   auto docs = ParseManifests(R"(
 apiVersion: kubevirt.io/v1
 kind: VirtualMachineInstance
@@ -65,6 +65,8 @@ metadata:
   name: virt-launcher-s3-vm-x
   namespace: vms
   labels: {kubevirt.io: virt-launcher}
+  annotations:
+    wisp.dev/token.irsa: '{"audience":"sts.amazonaws.com","expirationSeconds":3600,"path":"token"}'
   ownerReferences: [{kind: VirtualMachineInstance, name: s3-vm}]
 spec:
   containers: [{name: compute, image: "launcher:1"}]
@@ -88,6 +90,7 @@ spec:
   };
   AdmitResult result = AdmitManifests(*docs, {.validate = true}, decide);
   EXPECT_TRUE(result.all_allowed) << result.output;
+  EXPECT_NE(result.output.find("wisp.dev/token.irsa"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("virtiofs-irsa"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("--translate-uid=host:107:0:1"), std::string::npos);
 

@@ -81,7 +81,6 @@ inline constexpr std::string_view kPopulateDurable = "wisp-populator";
 namespace buckets {
 inline constexpr std::string_view kVolumes = "wisp_volumes";
 inline constexpr std::string_view kSources = "wisp_sources";
-inline constexpr std::string_view kPods = "wisp_pods";
 inline constexpr std::string_view kProjections = "wisp_projections";
 inline constexpr std::string_view kKeys = "wisp_keys";
 }  // namespace buckets

@@ -11,6 +11,8 @@
 //     that must not use it (JWKS, STS) refuse it themselves.
 //   - Deadlines: connect_timeout bounds resolve + TCP connect + TLS handshake; read_timeout bounds
 //     each read and each write (a stream that trickles stays open as long as bytes keep coming);
+//     a request's response_timeout, when set, replaces it for the wait between the last byte
+//     sent and the response's headers (an upload the server converts before it answers);
 //     total_timeout (0 = none) bounds the whole request, body included. A watch sets no total.
 //   - Redirects are not followed unless max_redirects > 0; then 301/302/303/307/308 are followed
 //     that many times (303, and 301/302 of a POST, become a GET without body); a redirect to
@@ -117,6 +119,7 @@ struct ClientRequest {
   std::string if_range;
   // Per-request overrides of ClientOptions.
   std::optional<std::chrono::milliseconds> read_timeout;
+  std::optional<std::chrono::milliseconds> response_timeout;  // see Deadlines above
   std::optional<std::chrono::milliseconds> total_timeout;
   std::optional<int> max_redirects;
   std::optional<uint64_t> max_response_bytes;

@@ -62,7 +62,7 @@ absl::StatusOr<VirtiofsdSpec> VirtiofsdFromContainer(const nlohmann::json& conta
                                                      const std::string& container_root);
 
 struct ConsoleEvent {
-  enum Kind { kBooted, kMounted, kMountFailed, kRead, kError };
+  enum Kind { kBooted, kMounted, kMountFailed, kRead, kError, kRetried };
   Kind kind;
   std::string text;    // kRead: sha256 of the token; kError/kMountFailed: the message
   std::string claims;  // kRead: the JWT's claims segment (base64url), "" if not a JWT

@@ -126,8 +126,10 @@ class Process {
 class TestCa {
  public:
   static absl::StatusOr<TestCa> Create(std::string dir, std::string name = "ca");
-  // `extensions`: openssl x509 extension lines (subjectAltName=..., extendedKeyUsage=...).
-  absl::Status Issue(const std::string& cert, const std::string& extensions) const;
+  // `extensions`: openssl x509 extension lines (subjectAltName=..., extendedKeyUsage=...);
+  // `subject`: an openssl -subj ("/O=system:masters/CN=admin"), "" = "/CN=<cert>".
+  absl::Status Issue(const std::string& cert, const std::string& extensions,
+                     const std::string& subject = "") const;
   std::string ca_file() const { return Path(name_ + ".pem"); }
   std::string cert_file(const std::string& cert) const { return Path(cert + ".pem"); }
   std::string key_file(const std::string& cert) const { return Path(cert + "-key.pem"); }

@@ -35,7 +35,9 @@ struct StackOptions {
   bool gateway_node_user = false;
   std::string failure_mode = "closed";
   std::string csi_role = "both";
-  std::string policy_file;                                     // "" = deploy/local/policy.yaml
+  std::string policy_file;  // "" = deploy/local/policy.yaml
+  // Names (DNS or IP) the gateway's certificate carries besides localhost and 127.0.0.1.
+  std::vector<std::string> gateway_extra_sans;
   std::map<std::string, std::vector<std::string>> extra_args;  // per service name
   // Per service name: environment added to the test's (LD_PRELOAD of libfaketime, say). Read at
   // every (re)start, so SetEnv before Restart changes it.

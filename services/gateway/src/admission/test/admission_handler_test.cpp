@@ -48,9 +48,8 @@ http::Request Post(std::string body, std::string query = "timeout=10s",
 class AdmissionHandlerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    pods_ = *bus_.OpenBucket({.name = std::string(bus::buckets::kPods)});
     sources_ = *bus_.OpenBucket({.name = std::string(bus::buckets::kSources)});
-    policy_ = std::make_unique<policy::PolicyService>(*pods_, *sources_, policy::Policy{}, clock_,
+    policy_ = std::make_unique<policy::PolicyService>(*sources_, policy::Policy{}, clock_,
                                                       policy_metrics_);
     micro_ = *bus::Service::Start(bus_, {.name = "wisp-policy", .version = "0.1.0"});
     ASSERT_TRUE(policy_->AddEndpoints(*micro_).ok());
@@ -78,7 +77,6 @@ class AdmissionHandlerTest : public ::testing::Test {
   prometheus::Registry registry_;
   prometheus::Registry policy_registry_;
   policy::PolicyMetrics policy_metrics_{policy_registry_};
-  bus::KeyValuePtr pods_;
   bus::KeyValuePtr sources_;
   std::unique_ptr<policy::PolicyService> policy_;
   std::unique_ptr<bus::Service> micro_;

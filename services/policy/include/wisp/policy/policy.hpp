@@ -37,8 +37,8 @@ struct SidecarResources {
 
 struct RuleSwitches {
   bool token_sidecar = true;        // a: sidecar + wisp-sa-token for annotated pods
-  bool vmi_token_volumes = true;    // b: VirtualMachineInstance token volumes
-  bool virt_launcher = true;        // c: virt-launcher pods from the recorded VMI
+  bool vmi_token_volumes = true;    // b: VMI token requests (validate + the annotating mutate)
+  bool virt_launcher = true;        // c: virt-launcher pods from their copied annotations
   bool data_volumes = true;         // d: CDI DataVolumes
   bool pvc_sources = true;          // e: PVCs and wisp.dev VolumeImportSource
   bool pod_token_audiences = true;  // f: projected token audiences vs the namespace allow-list

@@ -7,7 +7,7 @@
 //   - AddPolicyFlags() declares wisp-policy's own flags (runtime::AddCommonFlags the shared ones).
 //   - LoadPolicySettings() reads the policy file (built-in defaults without one); a file that does
 //     not load is an InvalidArgument naming policy-file (main exits 2) before any connection.
-//   - PolicyApp::Start() opens wisp_pods and wisp_sources, registers the mutate and validate
+//   - PolicyApp::Start() opens wisp_sources, registers the mutate and validate
 //     endpoints (on --serve-loops connections of their own) and starts the file watcher.
 //   - Reload() reloads the file (SIGHUP); a file that does not load is refused, the rules stay.
 //
@@ -51,7 +51,6 @@ class PolicyApp {
 
  private:
   PolicyApp() = default;
-  bus::KeyValuePtr pods_;
   bus::KeyValuePtr sources_;
   std::unique_ptr<PolicyMetrics> metrics_;
   std::unique_ptr<PolicyService> service_;

@@ -5,8 +5,8 @@
 // Contract:
 //   - A body that is not an AdmissionCall, or whose object JSON does not parse, is answered
 //     InvalidArgument (counted in wisp_policy_invalid_requests_total). A denial is a normal reply.
-//   - Records (VmiTokenRecord in wisp_pods, PopulationRecord in wisp_sources) are written only for
-//     allowed, non-dry-run calls. A dry run reads the same records and changes none.
+//   - Records (PopulationRecord in wisp_sources) are written only for allowed, non-dry-run calls.
+//     A dry run reads the same records and changes none. The VM token rules keep no records.
 //   - A failing record lookup or write is answered Unavailable so that the gateway's failure mode
 //     (fail open / fail closed) decides; the rule never guesses.
 //   - A request whose deadline has passed is answered DeadlineExceeded before any rule runs.
@@ -15,7 +15,7 @@
 //
 // Example:
 //   policy::PolicyMetrics metrics(registry);
-//   policy::PolicyService service(*pods_kv, *sources_kv, policy, clock, metrics);
+//   policy::PolicyService service(*sources_kv, policy, clock, metrics);
 //   WISP_RETURN_IF_ERROR(service.AddEndpoints(*micro));   // micro = bus::Service (wisp-policy)
 #include <map>
 #include <memory>
@@ -50,8 +50,7 @@ struct PolicyMetrics {
 
 class PolicyService {
  public:
-  PolicyService(bus::KeyValue& pods, bus::KeyValue& sources, Policy policy, Clock& clock,
-                PolicyMetrics& metrics);
+  PolicyService(bus::KeyValue& sources, Policy policy, Clock& clock, PolicyMetrics& metrics);
 
   // Adds the "mutate" and "validate" endpoints (queue group wisp-policy) to the micro service,
   // each on `loop_connections` event-loop connections of its own when > 0 (Service's
@@ -70,7 +69,6 @@ class PolicyService {
   absl::Status Apply(const std::vector<KvWrite>& writes);
   bus::KeyValue* Bucket(std::string_view name);
 
-  bus::KeyValue& pods_;
   bus::KeyValue& sources_;
   Clock& clock_;
   PolicyMetrics& metrics_;

@@ -2,12 +2,14 @@
 // wisp-policy's admission rules as pure functions: (object, policy) -> Verdict.
 //
 // Contract:
-//   - No rule does I/O. Rules that need remembered state (the recorded VMI, an admitted
-//     VolumeImportSource) read it through a RecordLookup; rules that remember something return
-//     KvWrite entries, which PolicyService applies unless the request is a dry run.
+//   - No rule does I/O. Rules that need remembered state (an admitted VolumeImportSource, a PVC's
+//     name) read it through a RecordLookup; rules that remember something return KvWrite entries,
+//     which PolicyService applies unless the request is a dry run. The VM token rules remember
+//     nothing: what the launcher pod needs travels on the objects themselves (the VMI's
+//     wisp.dev/token.* annotations, which virt-controller copies onto the pod).
 //   - A mutating rule returns the patch as RFC 6902 JSON text (the token-sidecar rule writes it
-//     from the pod's facts; the virt-launcher rule dumps a k8s::Diff and also returns the mutated
-//     object); running it again on its own output yields no patch (reinvocation-safe).
+//     from the pod's facts; the VMI and virt-launcher rules dump a k8s::Diff and also return the
+//     mutated object); running it again on its own output yields no patch (reinvocation-safe).
 //   - A denial is a result (allowed=false, message, code), not an error. `error` is set only when
 //     a lookup failed; the gateway's failure mode then answers.
 //   - Messages reproduce the upstream texts (KubeVirt, Kubernetes, CDI, GCSFuse) where they exist.
@@ -34,6 +36,7 @@ namespace wisp::policy {
 // Rule names (label `rule` of wisp_policy_rule_decisions_total).
 inline constexpr std::string_view kRuleTokenSidecar = "token_sidecar";
 inline constexpr std::string_view kRuleVmiTokenVolumes = "vmi_token_volumes";
+inline constexpr std::string_view kRuleVmiTokenAnnotations = "vmi_token_annotations";
 inline constexpr std::string_view kRuleVirtLauncher = "virt_launcher";
 inline constexpr std::string_view kRuleDataVolumes = "data_volumes";
 inline constexpr std::string_view kRulePvcSources = "pvc_sources";
@@ -61,13 +64,27 @@ inline constexpr std::string_view kWispCsiDriver = "csi.wisp.dev";
 inline constexpr std::string_view kWispGroup = "wisp.dev";
 inline constexpr std::string_view kVirtiofsSocketDir = "/var/run/kubevirt/virtiofs-containers";
 inline constexpr std::string_view kVirtiofsVolume = "virtiofs-containers";
+// A VM token request: annotation wisp.dev/token.<volume> on the VMI, value
+// {"audience":"sts.amazonaws.com","expirationSeconds":3600,"path":"token"}, naming a containerPath
+// volume (or, on a KubeVirt with VEP 94, written by rule b's mutating half from the volume's
+// serviceAccountToken). virt-controller copies it onto the launcher pod, where rule c serves it.
+inline constexpr std::string_view kTokenAnnotationPrefix = "wisp.dev/token.";
+// Written by wisp (never by users) next to it: the containerPath volume's path, the compute
+// container's mount point for the token (the pod alone does not say where the VMI wants it).
+inline constexpr std::string_view kTokenMountAnnotationPrefix = "wisp.dev/token-mount.";
+// The launcher pod's projected token volume for VMI volume <v>: wisp-token-<v>.
+inline constexpr std::string_view kTokenVolumePrefix = "wisp-token-";
+// What virt-controller's virtiofs container for a VEP 94 serviceAccount volume shares: the pod's
+// API-audience token (pkg/virt-controller/services/virtiofs.go).
+inline constexpr std::string_view kServiceAccountSharedDir =
+    "/var/run/secrets/kubernetes.io/serviceaccount/";
 // CDI: a PVC carrying this annotation with a DataVolume's name is that DataVolume's to adopt.
 inline constexpr std::string_view kPopulatedForAnnotation = "cdi.kubevirt.io/storage.populatedFor";
 
 struct KvWrite {
   std::string bucket;
   std::string key;
-  std::string value;  // serialized proto (VmiTokenRecord / PopulationRecord)
+  std::string value;  // serialized proto (PopulationRecord)
   bool erase = false;
 };
 
@@ -114,20 +131,26 @@ struct AdmissionInput {
   bool Is(std::string_view group, std::string_view kind) const;
 };
 
-// Keys of the KV records (see PopulationRecord / VmiTokenRecord in admission.proto).
-std::string VmiRecordKey(std::string_view ns, std::string_view vmi);
+// Keys of the KV records (see PopulationRecord in admission.proto).
 std::string SourceRecordKey(std::string_view ns, std::string_view kind, std::string_view name);
 
 // a. Token sidecar for pods annotated wisp.dev/token-sidecar (mutating).
 Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy);
-// b. VirtualMachineInstance token volumes and VEP 165 containerPath volumes (validating; records
-// allowed VMIs with either, plus the QoS facts the virtiofs containers' resources depend on).
+// b. VirtualMachineInstance token requests (wisp.dev/token.<volume> annotations on containerPath
+// volumes; VEP 94 serviceAccountToken volumes) and VEP 165 containerPath volumes (validating, on
+// CREATE and on an UPDATE that changes the spec; the token annotations may not change after
+// CREATE). Writes nothing.
 Verdict EvaluateVmiTokenVolumes(const AdmissionInput& in, const Policy& policy);
-// c. virt-launcher pods from the recorded VMI: projected tokens and virtiofs containers, and the
-// containerPath containers of virt-api's launcher-pod mutator (mutating; fail-open without a
-// record or for a volume it cannot serve; refused while the ContainerPathVolumes gate is off).
-Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy,
-                             const RecordLookup& lookup);
+// b, mutating half (VMI CREATE): writes the wisp.dev/token.<volume> annotation of each VEP 94
+// token volume and the wisp.dev/token-mount.<volume> annotation (the containerPath) of each
+// containerPath token request, so that the launcher pod carries all rule c needs.
+Verdict EvaluateVmiTokenAnnotations(const AdmissionInput& in, const Policy& policy);
+// c. virt-launcher pods, from the pod alone (its copied wisp.dev/token.* annotations): the
+// projected token wisp-token-<volume>, its compute mount at the containerPath, and the
+// virtiofs-<volume> container KubeVirt's launcher-pod mutator would render for it, or virt-
+// controller's VEP 94 container rewritten to serve it (mutating). A pod it cannot serve as asked
+// is refused with the reason.
+Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy);
 // d. CDI DataVolumes (validating; records the population spec on CREATE). `lookup` finds the PVC
 // records of rule e for CDI's destination-PVC check; without one the check is skipped.
 Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy,

@@ -10,7 +10,8 @@
 //     then `end`: OK for a clean end, or the error a cut-short body gives.
 //   - Every request is recorded (requests()); a body_reader is drained into `body` first, so
 //     tests see what would have been uploaded. Send() applies max_response_bytes like the real
-//     client. Thread-safe.
+//     client, and a response's empty `url` and `method` are filled in as the real client does
+//     (the request's, url redacted), so StatusOf() names them. Thread-safe.
 //
 // Example:
 //   http::testing::FakeClient fake;
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "wisp/http/client.hpp"
+#include "wisp/http/url.hpp"
 
 namespace wisp::http::testing {
 
@@ -60,7 +62,7 @@ class FakeClient final : public Client {
   absl::StatusOr<ClientResponse> Send(const ClientRequest& request) override {
     WISP_ASSIGN_OR_RETURN(Answer a, Find(request));
     WISP_RETURN_IF_ERROR(a.response.status());
-    ClientResponse r = *a.response;
+    ClientResponse r = Addressed(*a.response, request);
     if (!a.chunks.empty()) {
       r.body.clear();
       for (const auto& c : a.chunks) r.body += c;
@@ -78,7 +80,7 @@ class FakeClient final : public Client {
   absl::StatusOr<ResponseStreamPtr> Open(const ClientRequest& request) override {
     WISP_ASSIGN_OR_RETURN(Answer a, Find(request));
     WISP_RETURN_IF_ERROR(a.response.status());
-    ClientResponse head = *a.response;
+    ClientResponse head = Addressed(*a.response, request);
     std::vector<std::string> chunks = a.chunks;
     if (chunks.empty() && !head.body.empty()) chunks.push_back(head.body);
     head.body.clear();
@@ -86,6 +88,15 @@ class FakeClient final : public Client {
   }
 
  private:
+  static ClientResponse Addressed(ClientResponse r, const ClientRequest& request) {
+    if (r.method.empty()) r.method = request.method.empty() ? "GET" : request.method;
+    if (r.url.empty()) {
+      auto url = ParseUrl(request.url);
+      r.url = url.ok() ? url->Redacted() : request.url;
+    }
+    return r;
+  }
+
   class Stream final : public ResponseStream {
    public:
     Stream(ClientResponse r, std::vector<std::string> chunks, absl::Status end)

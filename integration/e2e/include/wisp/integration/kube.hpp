@@ -1,0 +1,85 @@
+#pragma once
+// A real Kubernetes API for the e2e suite (label e2e, scripts/e2e): either a kube-apiserver this
+// harness starts (etcd from Debian's etcd-server, kube-apiserver and, when present,
+// kube-controller-manager from a directory of binaries), or any cluster a kubeconfig names.
+//
+// Contract:
+//   - FromEnvironment() reads WISP_E2E_KUBE_BIN_DIR (a directory holding kube-apiserver and
+//     optionally kube-controller-manager) or WISP_E2E_KUBECONFIG (an existing cluster; the current
+//     context is used, with cluster-admin rights). Neither set: NotFound, whose message is the one
+//     SKIP line telling how to run the suite.
+//   - A started cluster: etcd and the apiserver on free loopback ports, a throwaway CA, an admin
+//     client certificate (O=system:masters), a service-account issuer
+//     https://kubernetes.default.svc.cluster.local signed by a fresh RSA key, RBAC+Node
+//     authorization, and the default admission plugins (ServiceAccount, ResourceQuota, ...).
+//     Start() returns when /readyz answers ok. With kube-controller-manager, the serviceaccount,
+//     namespace and garbage-collector controllers run; without it, CreateNamespace() creates the
+//     `default` ServiceAccount itself (the ServiceAccount admission plugin needs it for pods).
+//   - Kubectl() runs the real kubectl (WISP_KUBECTL, else build/tools/kubectl, which scripts/e2e
+//     extracts) against the cluster, with stdin from `input`; never through a shell.
+//   - The destructor stops what it started (process groups) and removes its files; an existing
+//     cluster is left alone, except for the namespaces a test created and DeleteNamespaces()
+//     removes.
+//
+// Example:
+//   auto kube = KubeCluster::FromEnvironment();
+//   if (!kube.ok()) { std::cout << kube.status().message() << "\n"; return 77; }
+//   ASSERT_TRUE((*kube)->CreateNamespace("story1").ok());
+//   CommandResult r = (*kube)->Kubectl({"create", "-f", "-"}, pod_yaml);
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "wisp/integration/harness.hpp"
+#include "wisp/integration/stack.hpp"
+
+namespace wisp::integration {
+
+class KubeCluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<KubeCluster>> FromEnvironment();
+  ~KubeCluster();
+  KubeCluster(const KubeCluster&) = delete;
+  KubeCluster& operator=(const KubeCluster&) = delete;
+
+  // True when this harness started the apiserver (and so owns it); false for a given kubeconfig.
+  bool started() const { return apiserver_ != nullptr; }
+  bool has_controller_manager() const { return controller_manager_ != nullptr; }
+  const std::string& kubeconfig() const { return kubeconfig_; }
+  const std::string& kubectl() const { return kubectl_; }
+  // The service-account issuer's public key (PEM) of a started cluster; "" for a given one.
+  std::string service_account_public_key_file() const;
+  // What the apiserver's log says so far ("" for a given cluster): for failure messages.
+  std::string ApiserverLogTail(size_t bytes = 4000) const;
+
+  // kubectl ARGS... with --kubeconfig; stdout and stderr together, as RunCommand gives them.
+  CommandResult Kubectl(const std::vector<std::string>& args, const std::string& input = "") const;
+  // kubectl ... that must succeed: its output, or Internal with the command and its output.
+  absl::StatusOr<std::string> MustKubectl(const std::vector<std::string>& args,
+                                          const std::string& input = "") const;
+
+  // Creates a namespace (with labels "k=v,..."), waits for its `default` ServiceAccount (creating
+  // it without a controller-manager); remembered for DeleteNamespaces().
+  absl::Status CreateNamespace(const std::string& name, const std::string& labels = "");
+  void DeleteNamespaces();
+
+ private:
+  KubeCluster() = default;
+  absl::Status Start(const std::string& bin_dir);
+
+  std::unique_ptr<TempDir> dir_;
+  std::unique_ptr<Process> etcd_;
+  std::unique_ptr<Process> apiserver_;
+  std::unique_ptr<Process> controller_manager_;
+  std::string kubeconfig_;
+  std::string kubectl_;
+  std::vector<std::string> namespaces_;
+};
+
+// Runs argv[0] with argv[1..] (no shell), feeding `input` on stdin; stdout and stderr together,
+// or (merge_stderr false) stdout alone, with stderr appended only when the command fails.
+CommandResult RunArgv(const std::vector<std::string>& argv, const std::string& input = "",
+                      bool merge_stderr = true);
+
+}  // namespace wisp::integration

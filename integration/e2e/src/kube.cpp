@@ -1,0 +1,306 @@
+#include "wisp/integration/kube.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "wisp/status/status.hpp"
+
+extern char** environ;
+
+namespace wisp::integration {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr const char* kSkip =
+    "SKIP e2e: no Kubernetes API given; run `scripts/e2e --kube-bin DIR` (a directory with "
+    "kube-apiserver [and kube-controller-manager]; etcd from etcd-server) or `scripts/e2e "
+    "--kubeconfig FILE` (any cluster; see docs/operations.md, \"Running the e2e suite\")";
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+absl::Status Sh(const std::string& command) {
+  CommandResult r = RunCommand(command);
+  if (r.exit_code != 0) {
+    return absl::InternalError("`" + command + "` exited " + std::to_string(r.exit_code) + ": " +
+                               r.output);
+  }
+  return absl::OkStatus();
+}
+
+std::string Tail(const std::string& s, size_t bytes) {
+  return s.size() <= bytes ? s : s.substr(s.size() - bytes);
+}
+
+}  // namespace
+
+CommandResult RunArgv(const std::vector<std::string>& argv, const std::string& input,
+                      bool merge_stderr) {
+  CommandResult result;
+  if (argv.empty()) return result;
+  // stdin from a file (no pipe to keep fed while reading the output), output through one pipe.
+  char in_path[] = "/tmp/wisp-e2e-stdin-XXXXXX";
+  const int in_fd = ::mkstemp(in_path);
+  if (in_fd < 0) return result;
+  ::unlink(in_path);
+  if (!input.empty() &&
+      ::write(in_fd, input.data(), input.size()) != static_cast<ssize_t>(input.size())) {
+    ::close(in_fd);
+    return result;
+  }
+  ::lseek(in_fd, 0, SEEK_SET);
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    ::close(in_fd);
+    return result;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  // Without merging, stderr goes to a file read back only when the command fails.
+  char err_path[] = "/tmp/wisp-e2e-stderr-XXXXXX";
+  const int err_fd = merge_stderr ? -1 : ::mkstemp(err_path);
+  if (err_fd >= 0) ::unlink(err_path);
+  posix_spawn_file_actions_adddup2(&fa, err_fd >= 0 ? err_fd : out[1], 2);
+  std::vector<char*> args;
+  std::vector<std::string> copy = argv;
+  for (auto& a : copy) args.push_back(a.data());
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  ::close(in_fd);
+  if (rc != 0) {
+    ::close(out[0]);
+    if (err_fd >= 0) ::close(err_fd);
+    result.output = "cannot run " + argv[0] + ": " + std::strerror(rc);
+    return result;
+  }
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::read(out[0], buf, sizeof(buf))) > 0) result.output.append(buf, n);
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (err_fd >= 0) {
+    if (result.exit_code != 0) {
+      ::lseek(err_fd, 0, SEEK_SET);
+      while ((n = ::read(err_fd, buf, sizeof(buf))) > 0) result.output.append(buf, n);
+    }
+    ::close(err_fd);
+  }
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<KubeCluster>> KubeCluster::FromEnvironment() {
+  const std::string bin_dir = Env("WISP_E2E_KUBE_BIN_DIR");
+  const std::string given = Env("WISP_E2E_KUBECONFIG");
+  if (bin_dir.empty() && given.empty()) return absl::NotFoundError(kSkip);
+  auto kube = std::unique_ptr<KubeCluster>(new KubeCluster());
+  kube->kubectl_ = Env("WISP_KUBECTL");
+  if (kube->kubectl_.empty()) kube->kubectl_ = SourceDir() + "/build/tools/kubectl";
+  if (::access(kube->kubectl_.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError("no kubectl at " + kube->kubectl_ +
+                                         " (scripts/e2e extracts it; or set WISP_KUBECTL)");
+  }
+  if (!given.empty()) {
+    if (!fs::exists(given)) {
+      return absl::InvalidArgumentError("WISP_E2E_KUBECONFIG: no such file: " + given);
+    }
+    kube->kubeconfig_ = given;
+    WISP_ASSIGN_OR_RETURN(std::string ready, kube->MustKubectl({"get", "--raw", "/readyz"}));
+    if (ready.find("ok") == std::string::npos) {
+      return absl::UnavailableError("the cluster of " + given + " is not ready: " + ready);
+    }
+    return kube;
+  }
+  WISP_RETURN_IF_ERROR(kube->Start(bin_dir));
+  return kube;
+}
+
+absl::Status KubeCluster::Start(const std::string& bin_dir) {
+  const std::string apiserver = bin_dir + "/kube-apiserver";
+  if (::access(apiserver.c_str(), X_OK) != 0) {
+    return absl::InvalidArgumentError("WISP_E2E_KUBE_BIN_DIR: no executable kube-apiserver in " +
+                                      bin_dir);
+  }
+  const std::string etcd = Env("WISP_E2E_ETCD").empty() ? "/usr/bin/etcd" : Env("WISP_E2E_ETCD");
+  if (::access(etcd.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError("no etcd at " + etcd +
+                                         " (apt-get install etcd-server, or set WISP_E2E_ETCD)");
+  }
+  dir_ = std::make_unique<TempDir>("wisp-e2e-kube");
+  const std::string d = dir_->path();
+  const std::string pki = d + "/pki";
+  fs::create_directories(pki);
+
+  // The cluster's CA, the apiserver's serving certificate, an admin client certificate and the
+  // service-account signing key (RSA: what kubelet-era clients and most OIDC verifiers expect).
+  WISP_ASSIGN_OR_RETURN(TestCa ca, TestCa::Create(pki, "ca"));
+  WISP_RETURN_IF_ERROR(
+      ca.Issue("apiserver",
+               "subjectAltName=DNS:localhost,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,"
+               "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.96.0.1\n"
+               "extendedKeyUsage=serverAuth\n"));
+  WISP_RETURN_IF_ERROR(
+      ca.Issue("admin", "extendedKeyUsage=clientAuth\n", "/O=system:masters/CN=wisp-e2e-admin"));
+  WISP_RETURN_IF_ERROR(Sh("cd '" + pki +
+                          "' && openssl genrsa -out sa.key 2048 2>/dev/null && openssl rsa -in "
+                          "sa.key -pubout -out sa.pub 2>/dev/null"));
+
+  const int etcd_client = FreePort();
+  const int etcd_peer = FreePort();
+  const std::string client_url = "http://127.0.0.1:" + std::to_string(etcd_client);
+  const std::string peer_url = "http://127.0.0.1:" + std::to_string(etcd_peer);
+  WISP_ASSIGN_OR_RETURN(
+      etcd_,
+      Process::Start(
+          {.path = etcd,
+           .args = {"--name=e2e", "--data-dir=" + d + "/etcd", "--listen-client-urls=" + client_url,
+                    "--advertise-client-urls=" + client_url, "--listen-peer-urls=" + peer_url,
+                    "--initial-advertise-peer-urls=" + peer_url,
+                    "--initial-cluster=e2e=" + peer_url, "--unsafe-no-fsync=true"},
+           .env = {{"ETCD_UNSUPPORTED_ARCH", ""}}}));
+  WISP_RETURN_IF_ERROR(WaitForTcp("127.0.0.1", etcd_client, 20s));
+
+  const int port = FreePort();
+  WISP_ASSIGN_OR_RETURN(
+      apiserver_,
+      Process::Start(
+          {.path = apiserver,
+           .args = {"--etcd-servers=" + client_url, "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1", "--secure-port=" + std::to_string(port),
+                    "--tls-cert-file=" + ca.cert_file("apiserver"),
+                    "--tls-private-key-file=" + ca.key_file("apiserver"),
+                    "--client-ca-file=" + ca.ca_file(),
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                    "--service-account-key-file=" + pki + "/sa.pub",
+                    "--service-account-signing-key-file=" + pki + "/sa.key",
+                    "--authorization-mode=Node,RBAC", "--service-cluster-ip-range=10.96.0.0/16",
+                    // No kube-proxy or node here: nothing would keep the kubernetes Service's
+                    // endpoints right, and a loopback advertise address is refused by the
+                    // default reconciler.
+                    "--endpoint-reconciler-type=none", "--allow-privileged=true",
+                    "--cert-dir=" + d + "/apiserver-certs", "--profiling=false"}}));
+
+  kubeconfig_ = d + "/admin.kubeconfig";
+  std::ofstream(kubeconfig_)
+      << "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n"
+      << "    server: https://127.0.0.1:" << port << "\n"
+      << "    certificate-authority: " << ca.ca_file() << "\n"
+      << "users:\n- name: admin\n  user:\n"
+      << "    client-certificate: " << ca.cert_file("admin") << "\n"
+      << "    client-key: " << ca.key_file("admin") << "\n"
+      << "contexts:\n- name: e2e\n  context: {cluster: e2e, user: admin}\ncurrent-context: e2e\n";
+
+  const auto deadline = std::chrono::steady_clock::now() + 90s;
+  std::string last;
+  while (true) {
+    CommandResult r = Kubectl({"get", "--raw", "/readyz"});
+    if (r.exit_code == 0 && r.output.find("ok") != std::string::npos) break;
+    last = r.output;
+    if (!apiserver_->Running()) {
+      return absl::InternalError("kube-apiserver exited: " + ApiserverLogTail());
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError("kube-apiserver not ready in 90 s: " + last + "\n" +
+                                         ApiserverLogTail());
+    }
+    std::this_thread::sleep_for(250ms);
+  }
+
+  const std::string kcm = bin_dir + "/kube-controller-manager";
+  if (::access(kcm.c_str(), X_OK) == 0) {
+    WISP_ASSIGN_OR_RETURN(
+        controller_manager_,
+        Process::Start({.path = kcm,
+                        .args = {"--kubeconfig=" + kubeconfig_,
+                                 "--controllers=serviceaccount,serviceaccount-token,namespace,"
+                                 "garbagecollector,resourcequota",
+                                 "--service-account-private-key-file=" + pki + "/sa.key",
+                                 "--root-ca-file=" + ca.ca_file(), "--leader-elect=false",
+                                 "--use-service-account-credentials=false", "--secure-port=0"}}));
+  }
+  return absl::OkStatus();
+}
+
+KubeCluster::~KubeCluster() {
+  if (!started()) DeleteNamespaces();
+  if (controller_manager_) controller_manager_->Kill();
+  if (apiserver_) apiserver_->Terminate(5s);
+  if (etcd_) etcd_->Terminate(5s);
+}
+
+std::string KubeCluster::service_account_public_key_file() const {
+  return started() ? dir_->path() + "/pki/sa.pub" : "";
+}
+
+std::string KubeCluster::ApiserverLogTail(size_t bytes) const {
+  return apiserver_ ? Tail(apiserver_->Log(), bytes) : "";
+}
+
+CommandResult KubeCluster::Kubectl(const std::vector<std::string>& args,
+                                   const std::string& input) const {
+  std::vector<std::string> argv = {kubectl_, "--kubeconfig=" + kubeconfig_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunArgv(argv, input);
+}
+
+absl::StatusOr<std::string> KubeCluster::MustKubectl(const std::vector<std::string>& args,
+                                                     const std::string& input) const {
+  CommandResult r = Kubectl(args, input);
+  if (r.exit_code != 0) {
+    std::string cmd = "kubectl";
+    for (const auto& a : args) cmd += " " + a;
+    return absl::InternalError("`" + cmd + "` exited " + std::to_string(r.exit_code) + ": " +
+                               r.output);
+  }
+  return r.output;
+}
+
+absl::Status KubeCluster::CreateNamespace(const std::string& name, const std::string& labels) {
+  WISP_RETURN_IF_ERROR(MustKubectl({"create", "namespace", name}).status());
+  namespaces_.push_back(name);
+  if (!labels.empty()) {
+    std::vector<std::string> args = {"label", "namespace", name};
+    std::stringstream ss(labels);
+    std::string kv;
+    while (std::getline(ss, kv, ',')) args.push_back(kv);
+    WISP_RETURN_IF_ERROR(MustKubectl(args).status());
+  }
+  if (!controller_manager_ && started()) {
+    return MustKubectl({"-n", name, "create", "serviceaccount", "default"}).status();
+  }
+  // A controller-manager (ours or the cluster's) creates `default`; pods need it.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (Kubectl({"-n", name, "get", "serviceaccount", "default"}).exit_code != 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError("no default ServiceAccount in " + name + " after 30 s");
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  return absl::OkStatus();
+}
+
+void KubeCluster::DeleteNamespaces() {
+  for (const auto& ns : namespaces_) Kubectl({"delete", "namespace", ns, "--wait=false"});
+  namespaces_.clear();
+}
+
+}  // namespace wisp::integration
