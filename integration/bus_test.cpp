@@ -129,19 +129,7 @@ TEST_F(NatsBusTest, RequestAsync) {
     ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return answered == kCalls; })) << answered;
     EXPECT_EQ(wrong, 0);
   }
-  double ok_requests = 0;
-  for (const auto& f : registry.Collect()) {
-    if (f.name != "wisp_bus_client_requests_total") continue;
-    for (const auto& m : f.metric) {
-      bool echo_ok = false, code_ok = false;
-      for (const auto& l : m.label) {
-        echo_ok |= l.name == "subject" && l.value == "it.aecho";
-        code_ok |= l.name == "code" && l.value == "OK";
-      }
-      if (echo_ok && code_ok) ok_requests += m.counter.value;
-    }
-  }
-  EXPECT_EQ(ok_requests, kCalls + 1);
+  EXPECT_EQ(integration::OkRequests(registry, "it.aecho"), kCalls + 1);
 }
 
 // Tests that requests still pending when the bus closes are answered Unavailable, once.

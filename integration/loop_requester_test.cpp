@@ -192,19 +192,7 @@ TEST_F(LoopRequesterTest, AnswersOnTheLoopThatAsked) {
   ASSERT_TRUE(req->Request("it.lecho", "sync", 2s).ok());
   EXPECT_EQ(fallback_->sync.load(), sync_before + 1);
 
-  double ok_requests = 0;
-  for (const auto& f : registry.Collect()) {
-    if (f.name != "wisp_bus_client_requests_total") continue;
-    for (const auto& m : f.metric) {
-      bool echo_ok = false, code_ok = false;
-      for (const auto& l : m.label) {
-        echo_ok |= l.name == "subject" && l.value == "it.lecho";
-        code_ok |= l.name == "code" && l.value == "OK";
-      }
-      if (echo_ok && code_ok) ok_requests += m.counter.value;
-    }
-  }
-  EXPECT_EQ(ok_requests, kCalls + 2);
+  EXPECT_EQ(integration::OkRequests(registry, "it.lecho"), kCalls + 2);
 }
 
 // Tests that a loop connection survives a nats-server SIGKILL: while it is down its thread's

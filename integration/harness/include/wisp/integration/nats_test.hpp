@@ -13,6 +13,8 @@
 //     <prefix>echo answers "echo:<data>" with headers X-Rid (the request id) and X-Timeout (the
 //     caller's budget in ms); <prefix>err answers PermissionDenied("not you"); <prefix>slow
 //     answers "late" once Release() was called (or after 5 s), to test timeouts.
+//   - OkRequests() reads a client's wisp_bus_client_requests_total{subject, code="OK"} from the
+//     registry it was connected with.
 //   - NatsTest::SetUp() starts a nats-server (JetStream on) on a free port and connects bus_ as
 //     "it"; a failure there stops the test. bus_ is closed before the server goes.
 //
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
 
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/integration/harness.hpp"
@@ -84,6 +87,22 @@ class TestResponders {
   std::shared_future<void> released_ = release_.get_future().share();
   std::vector<bus::SubscriptionPtr> subs_;  // last: unsubscribed before the promise goes
 };
+
+inline double OkRequests(prometheus::Registry& registry, const std::string& subject) {
+  double ok = 0;
+  for (const auto& f : registry.Collect()) {
+    if (f.name != "wisp_bus_client_requests_total") continue;
+    for (const auto& m : f.metric) {
+      bool subject_ok = false, code_ok = false;
+      for (const auto& l : m.label) {
+        subject_ok |= l.name == "subject" && l.value == subject;
+        code_ok |= l.name == "code" && l.value == "OK";
+      }
+      if (subject_ok && code_ok) ok += m.counter.value;
+    }
+  }
+  return ok;
+}
 
 class NatsTest : public ::testing::Test {
  protected:
