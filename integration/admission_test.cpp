@@ -26,8 +26,7 @@ class AdmissionTest : public ::testing::Test {
     // A copy of the local stack's policy, so the reload test can rewrite it.
     policy_dir_ = std::make_unique<TempDir>("wisp-it-policy");
     policy_file_ = policy_dir_->path() + "/policy.yaml";
-    std::ifstream in(SourceDir() + "/deploy/local/policy.yaml");
-    local_policy_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    local_policy_ = fsutil::ReadFile(SourceDir() + "/deploy/local/policy.yaml").value_or("");
     std::ofstream(policy_file_) << local_policy_;
     auto stack = Stack::Start({.populator = false, .policy_file = policy_file_});
     ASSERT_TRUE(stack.ok()) << stack.status();
@@ -40,13 +39,8 @@ class AdmissionTest : public ::testing::Test {
 
   // POSTs the object's AdmissionReview; checks the envelope and returns response.
   Json Admit(const std::string& webhook, const Json& object, const std::string& uid) {
-    auto resp =
-        stack_->Https("POST", "/" + webhook + "?timeout=5s", AdmissionReviewFor(object, uid),
-                      {{"Content-Type", "application/json"}});
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    if (!resp.ok()) return Json();
-    EXPECT_EQ(resp->status, 200) << resp->body;
-    Json review = Json::parse(resp->body);
+    Json review = PostAdmissionReview(*stack_, webhook, object, uid);
+    if (review.is_null()) return Json();
     EXPECT_EQ(review["apiVersion"], "admission.k8s.io/v1");
     EXPECT_EQ(review["kind"], "AdmissionReview");
     EXPECT_EQ(review["response"]["uid"], uid);

@@ -5,6 +5,7 @@
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/bus/testing/bus_contract.hpp"
 #include "wisp/integration/harness.hpp"
+#include "wisp/integration/nats_test.hpp"
 
 namespace wisp::bus::testing {
 namespace {
@@ -13,10 +14,8 @@ class NatsEnv {
  public:
   absl::Status Start() {
     WISP_ASSIGN_OR_RETURN(nats_, integration::NatsServer::Start());
-    NatsBusOptions o;
-    o.servers = {nats_->url()};
-    o.name = "contract";
-    WISP_ASSIGN_OR_RETURN(bus_, NatsBus::Connect(o));
+    WISP_ASSIGN_OR_RETURN(
+        bus_, NatsBus::Connect(integration::TestBusOptions({nats_->url()}, "contract")));
     return absl::OkStatus();
   }
   Bus& bus() { return *bus_; }

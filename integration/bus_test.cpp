@@ -12,13 +12,13 @@
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/bus/service.hpp"
 #include "wisp/integration/harness.hpp"
+#include "wisp/integration/nats_test.hpp"
 
 namespace wisp::bus {
 namespace {
 
 using namespace std::chrono_literals;
 using integration::Eventually;
-using integration::NatsServer;
 
 double MetricValue(prometheus::Registry& r, const std::string& name) {
   for (const auto& f : r.Collect()) {
@@ -29,32 +29,7 @@ double MetricValue(prometheus::Registry& r, const std::string& name) {
   return -1;
 }
 
-class NatsBusTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto server = NatsServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status();
-    nats_ = *std::move(server);
-    bus_ = NewBus();
-    ASSERT_NE(bus_, nullptr);
-  }
-
-  std::unique_ptr<NatsBus> NewBus(prometheus::Registry* registry = nullptr, int threads = 1) {
-    NatsBusOptions o;
-    o.servers = {nats_->url()};
-    o.name = "it";
-    o.registry = registry;
-    o.serve_threads = threads;
-    o.reconnect_wait = 50ms;
-    o.reconnect_wait_max = 500ms;
-    auto bus = NatsBus::Connect(o);
-    EXPECT_TRUE(bus.ok()) << bus.status();
-    return bus.ok() ? *std::move(bus) : nullptr;
-  }
-
-  std::unique_ptr<NatsServer> nats_;
-  std::unique_ptr<NatsBus> bus_;
-};
+class NatsBusTest : public integration::NatsTest {};
 
 // Tests request/reply with headers and the request id reaching the handler.
 TEST_F(NatsBusTest, RequestReply) {
@@ -109,24 +84,9 @@ TEST_F(NatsBusTest, RequestAsync) {
   prometheus::Registry registry;
   auto client = NewBus(&registry);
   ASSERT_NE(client, nullptr);
-  auto echo = bus_->Serve("it.aecho", "", [](const Request& r) {
-    Reply reply = Reply::Ok("echo:" + r.msg.data);
-    reply.headers["X-Rid"] = r.request_id;
-    reply.headers["X-Timeout"] = std::string(r.msg.Header(kHeaderTimeoutMs));
-    return reply;
-  });
-  ASSERT_TRUE(echo.ok()) << echo.status();
-  auto err = bus_->Serve("it.aerr", "", [](const Request&) {
-    return Reply::Error(absl::PermissionDeniedError("not you"));
-  });
-  ASSERT_TRUE(err.ok());
-  std::promise<void> release;
-  auto released = release.get_future().share();
-  auto slow = bus_->Serve("it.aslow", "", [released](const Request&) {
-    released.wait_for(5s);
-    return Reply::Ok("late");
-  });
-  ASSERT_TRUE(slow.ok());
+  integration::TestResponders responders;
+  absl::Status served = responders.Serve(*bus_, "it.a");  // it.aecho, it.aerr, it.aslow
+  ASSERT_TRUE(served.ok()) << served;
   // Subscribed last on the same connection: once it answers, the server has the others too.
   auto warm = bus_->Serve("it.awarm", "", [](const Request&) { return Reply::Ok("warm"); });
   ASSERT_TRUE(warm.ok());
@@ -149,7 +109,7 @@ TEST_F(NatsBusTest, RequestAsync) {
   EXPECT_EQ(timed_out.status().code(), absl::StatusCode::kDeadlineExceeded) << timed_out.status();
   EXPECT_GE(took, 200ms);
   EXPECT_LT(took, 2s);
-  release.set_value();  // its late reply finds no pending request and is dropped
+  responders.Release();  // its late reply finds no pending request and is dropped
 
   // Many in flight from this one thread, each answered once with its own reply.
   constexpr int kCalls = 200;
@@ -169,19 +129,7 @@ TEST_F(NatsBusTest, RequestAsync) {
     ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return answered == kCalls; })) << answered;
     EXPECT_EQ(wrong, 0);
   }
-  double ok_requests = 0;
-  for (const auto& f : registry.Collect()) {
-    if (f.name != "wisp_bus_client_requests_total") continue;
-    for (const auto& m : f.metric) {
-      bool echo_ok = false, code_ok = false;
-      for (const auto& l : m.label) {
-        echo_ok |= l.name == "subject" && l.value == "it.aecho";
-        code_ok |= l.name == "code" && l.value == "OK";
-      }
-      if (echo_ok && code_ok) ok_requests += m.counter.value;
-    }
-  }
-  EXPECT_EQ(ok_requests, kCalls + 1);
+  EXPECT_EQ(integration::OkRequests(registry, "it.aecho"), kCalls + 1);
 }
 
 // Tests that requests still pending when the bus closes are answered Unavailable, once.

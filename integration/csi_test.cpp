@@ -23,6 +23,7 @@
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/integration/nats_test.hpp"
 #include "wisp/integration/stack.hpp"
 #include "wisp/v1/token.pb.h"
 
@@ -32,10 +33,9 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// The token file a token volume holds at `target`; "" when there is none.
+std::string TokenIn(const std::string& target) {
+  return fsutil::ReadFile(target + "/token").value_or("");
 }
 
 bool IsTmpfs(const std::string& path) {
@@ -61,10 +61,7 @@ class ShortTokenIssuer {
  public:
   ShortTokenIssuer(const std::string& nats_url, std::chrono::seconds lifetime)
       : lifetime_(lifetime) {
-    bus::NatsBusOptions options;
-    options.servers = {nats_url};
-    options.name = "csi-test-issuer";
-    bus_ = *bus::NatsBus::Connect(options);
+    bus_ = *bus::NatsBus::Connect(TestBusOptions({nats_url}, "csi-test-issuer"));
     subs_.push_back(*bus_->Serve(bus::subjects::kTokenIssue, bus::queues::kToken,
                                  [this](const bus::Request& r) -> bus::Reply {
                                    auto req = bus::ParseBody<v1::IssueRequest>(r);
@@ -215,13 +212,13 @@ TEST_F(CsiIntegrationTest, TokenVolumeWithWispToken) {
   grpc::Status st = client_->Publish(TokenVolumeRequest("csi-vault", target, "vault", "900"));
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_TRUE(IsTmpfs(target));
-  const std::string token = ReadAll(target + "/token");
+  const std::string token = TokenIn(target);
   EXPECT_EQ(std::count(token.begin(), token.end(), '.'), 2) << "a JWT";
   EXPECT_EQ(fs::read_symlink(target + "/token").string(), "..data/token");
   EXPECT_THAT(fs::read_symlink(target + "/..data").string(), ::testing::StartsWith("..20"));
   // Republish (requiresRepublish) changes nothing.
   ASSERT_TRUE(client_->Publish(TokenVolumeRequest("csi-vault", target, "vault", "900")).ok());
-  EXPECT_EQ(ReadAll(target + "/token"), token);
+  EXPECT_EQ(TokenIn(target), token);
   // The token is never logged.
   EXPECT_THAT(stack_->process("wisp-gateway").Log(), ::testing::Not(HasSubstr(token)));
 
@@ -242,12 +239,12 @@ TEST_F(CsiIntegrationTest, KubeletTokenModeWithRepublish) {
   c["csi.storage.k8s.io/serviceAccount.tokens"] =
       R"({"sts.amazonaws.com":{"token":"kubelet-token-1","expirationTimestamp":"2030-01-01T00:10:00Z"}})";
   ASSERT_TRUE(client_->Publish(req).ok());
-  EXPECT_EQ(ReadAll(target + "/token"), "kubelet-token-1");
+  EXPECT_EQ(TokenIn(target), "kubelet-token-1");
   const std::string first_dir = fs::read_symlink(target + "/..data").string();
   c["csi.storage.k8s.io/serviceAccount.tokens"] =
       R"({"sts.amazonaws.com":{"token":"kubelet-token-2","expirationTimestamp":"2030-01-01T00:20:00Z"}})";
   ASSERT_TRUE(client_->Publish(req).ok());
-  EXPECT_EQ(ReadAll(target + "/token"), "kubelet-token-2");
+  EXPECT_EQ(TokenIn(target), "kubelet-token-2");
   EXPECT_NE(fs::read_symlink(target + "/..data").string(), first_dir);
   EXPECT_THAT(stack_->process("wisp-gateway").Log(), ::testing::Not(HasSubstr("kubelet-token-")));
   // A missing audience is refused naming the field.
@@ -265,18 +262,17 @@ TEST_F(CsiIntegrationTest, RotatesShortLivedTokenAtomically) {
   ShortTokenIssuer issuer(stack_->nats().url(), 6s);
   const std::string target = Target("rotate");
   ASSERT_TRUE(client_->Publish(TokenVolumeRequest("csi-rot", target, "vault", "600")).ok());
-  const std::string first = ReadAll(target + "/token");
+  const std::string first = TokenIn(target);
   ASSERT_TRUE(issuer.IsIssued(first));
 
   std::atomic<bool> stop{false};
   std::atomic<int> reads{0}, bad{0};
   std::thread reader([&] {
     while (!stop) {
-      std::ifstream in(target + "/token", std::ios::binary);
-      if (!in) continue;
-      std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      auto got = fsutil::ReadFile(target + "/token");
+      if (!got.ok()) continue;
       ++reads;
-      if (!issuer.IsIssued(got)) ++bad;
+      if (!issuer.IsIssued(*got)) ++bad;
     }
   });
   // 80% of 6 s (minus at most 0.3 s of jitter): two rotations within ~12 s.
@@ -286,7 +282,7 @@ TEST_F(CsiIntegrationTest, RotatesShortLivedTokenAtomically) {
   ASSERT_TRUE(rotated) << stack_->process("wisp-gateway").Log();
   EXPECT_EQ(bad.load(), 0) << "of " << reads.load() << " reads";
   EXPECT_GT(reads.load(), 100);
-  EXPECT_NE(ReadAll(target + "/token"), first);
+  EXPECT_NE(TokenIn(target), first);
   ASSERT_TRUE(client_->Unpublish("csi-rot", target).ok());
   const int after = issuer.issued();
   std::this_thread::sleep_for(6s);
@@ -302,15 +298,15 @@ TEST_F(CsiIntegrationTest, GatewayRestartKeepsRotating) {
       client_->Publish(TokenVolumeRequest("csi-restart", target, "vault", "600"));
   ASSERT_TRUE(published.ok()) << published.error_code() << " " << published.error_message() << "\n"
                               << stack_->process("wisp-gateway").Log();
-  const std::string first = ReadAll(target + "/token");
+  const std::string first = TokenIn(target);
   stack_->Kill("wisp-gateway");
   ASSERT_TRUE(IsTmpfs(target)) << "the pod's tmpfs outlives the gateway";
-  EXPECT_EQ(ReadAll(target + "/token"), first);
+  EXPECT_EQ(TokenIn(target), first);
   ASSERT_TRUE(stack_->StartService("wisp-gateway").ok());
   ASSERT_TRUE(stack_->WaitReady("wisp-gateway").ok());
-  ASSERT_TRUE(Eventually([&] { return ReadAll(target + "/token") != first; }, 15s))
+  ASSERT_TRUE(Eventually([&] { return TokenIn(target) != first; }, 15s))
       << stack_->process("wisp-gateway").Log();
-  EXPECT_TRUE(issuer.IsIssued(ReadAll(target + "/token")));
+  EXPECT_TRUE(issuer.IsIssued(TokenIn(target)));
   EXPECT_THAT(stack_->process("wisp-gateway").Log(), HasSubstr("recovered 1 token volume"));
   ASSERT_TRUE(client_->Unpublish("csi-restart", target).ok());
   EXPECT_FALSE(fs::exists(target));
@@ -328,7 +324,7 @@ TEST_F(CsiIntegrationTest, RestartRotatesOverdueVolumesInOneBatch) {
                     ->Publish(TokenVolumeRequest("csi-overdue-" + std::to_string(i), targets.back(),
                                                  "vault", "600"))
                     .ok());
-    first.push_back(ReadAll(targets.back() + "/token"));
+    first.push_back(TokenIn(targets.back() + "/token"));
   }
   stack_->Kill("wisp-gateway");
   std::this_thread::sleep_for(6s);  // past 80% of every token's 6 s
@@ -337,7 +333,7 @@ TEST_F(CsiIntegrationTest, RestartRotatesOverdueVolumesInOneBatch) {
   ASSERT_TRUE(Eventually(
       [&] {
         for (size_t i = 0; i < targets.size(); ++i) {
-          if (ReadAll(targets[i] + "/token") == first[i]) return false;
+          if (TokenIn(targets[i]) == first[i]) return false;
         }
         return true;
       },
@@ -346,7 +342,7 @@ TEST_F(CsiIntegrationTest, RestartRotatesOverdueVolumesInOneBatch) {
   const auto batches = issuer.batch_sizes();
   ASSERT_FALSE(batches.empty()) << stack_->process("wisp-gateway").Log();
   EXPECT_EQ(batches.front(), 3);
-  for (const auto& t : targets) EXPECT_TRUE(issuer.IsIssued(ReadAll(t + "/token")));
+  for (const auto& t : targets) EXPECT_TRUE(issuer.IsIssued(TokenIn(t)));
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(client_->Unpublish("csi-overdue-" + std::to_string(i), targets[i]).ok());
   }
@@ -426,7 +422,7 @@ TEST_F(CsiIntegrationTest, TokenIssueRequiresTheKubeletsProofOfThePod) {
   grpc::Status st =
       client_->Publish(with_proof(TokenVolumeRequest("csi-proven", target, "vault", "900"), own));
   ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << stack_->process("wisp-token").Log();
-  const std::string token = ReadAll(target + "/token");
+  const std::string token = TokenIn(target);
   EXPECT_EQ(std::count(token.begin(), token.end(), '.'), 2) << "a JWT";
 
   // A proof the node holds for another pod (app-1) does not get app-0's token.

@@ -24,6 +24,7 @@
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/integration/harness.hpp"
+#include "wisp/integration/nats_test.hpp"
 #include "wisp/jwt/jws.hpp"
 #include "wisp/v1/token.pb.h"
 
@@ -67,10 +68,7 @@ TEST(FaultsTokenRotationTest, ReplicasRaceAtRotation) {
   ASSERT_TRUE(nats.ok()) << nats.status();
 
   // Watch the key-set entry before any replica exists: every write to it is seen.
-  bus::NatsBusOptions o;
-  o.servers = {(*nats)->url()};
-  o.name = "it-client";
-  auto client = bus::NatsBus::Connect(o);
+  auto client = bus::NatsBus::Connect(TestBusOptions({(*nats)->url()}, "it-client"));
   ASSERT_TRUE(client.ok()) << client.status();
   auto kv = (*client)->OpenBucket({.name = std::string(bus::buckets::kKeys), .history = 5});
   ASSERT_TRUE(kv.ok()) << kv.status();

@@ -50,6 +50,7 @@
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/integration/guest.hpp"
+#include "wisp/integration/nats_test.hpp"
 #include "wisp/integration/stack.hpp"
 #include "wisp/jwt/base64url.hpp"
 #include "wisp/v1/token.pb.h"
@@ -140,12 +141,8 @@ class GuestTest : public ::testing::Test {
     auto stack = Stack::Start({.populator = false});
     ASSERT_TRUE(stack.ok()) << stack.status();
     stack_ = *std::move(stack);
-    bus::NatsBusOptions options;
-    options.servers = {stack_->nats().url()};
-    options.name = "guest-test";
-    auto b = bus::NatsBus::Connect(options);
-    ASSERT_TRUE(b.ok()) << b.status();
-    bus_ = *std::move(b);
+    bus_ = ConnectTestBus(TestBusOptions({stack_->nats().url()}, "guest-test"));
+    ASSERT_NE(bus_, nullptr);
     csi_ = std::make_unique<CsiClient>(stack_->csi_socket());
     ASSERT_TRUE(Eventually([&] { return fs::exists(stack_->csi_socket()); }, 10s));
   }
@@ -162,13 +159,7 @@ class GuestTest : public ::testing::Test {
   }
 
   Json Admit(const std::string& webhook, const Json& object, const std::string& uid) {
-    auto resp =
-        stack_->Https("POST", "/" + webhook + "?timeout=5s", AdmissionReviewFor(object, uid),
-                      {{"Content-Type", "application/json"}});
-    EXPECT_TRUE(resp.ok()) << resp.status();
-    if (!resp.ok()) return Json();
-    EXPECT_EQ(resp->status, 200) << resp->body;
-    return Json::parse(resp->body);
+    return PostAdmissionReview(*stack_, webhook, object, uid);
   }
 
   // The launcher pod after /mutate, patched by python3-jsonpatch.

@@ -8,7 +8,7 @@ if(TARGET wisp::proto_csi AND TARGET wisp::integration_stack)
   add_subdirectory(${CMAKE_CURRENT_LIST_DIR}/guest)
   wisp_add_test(guest_integration_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/guest_test.cpp
-    DEPS wisp::integration_guest wisp::integration_stack wisp::bus wisp::jwt wisp::proto_csi
+    DEPS wisp::integration_guest wisp::integration_stack wisp::integration_nats wisp::jwt wisp::proto_csi
          wisp::proto_events gRPC::grpc++ nlohmann_json::nlohmann_json OpenSSL::Crypto
     LABELS guest)
   target_include_directories(guest_integration_test PRIVATE ${CMAKE_CURRENT_LIST_DIR})

@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <vector>
 
 #include "wisp/integration/harness.hpp"
@@ -27,13 +26,6 @@ namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // True when a listening socket can bind 127.0.0.1:port now.
 bool Bindable(int port) {
@@ -114,14 +106,14 @@ TEST_F(LocalUpTest, RunsTheStackOverNatsTls) {
   ASSERT_TRUE(up.ok()) << up.status();
   ASSERT_TRUE((*up)->WaitForLog("local-up: wisp is running", 120s).ok()) << (*up)->Log();
 
-  const std::string env = Slurp(state_->path() + "/endpoints.env");
+  const std::string env = fsutil::ReadFile(state_->path() + "/endpoints.env").value_or("");
   EXPECT_NE(env.find("WISP_NATS_URL=tls://127.0.0.1:" + std::to_string(nats_port_)),
             std::string::npos)
       << env;
   for (const char* key : {"WISP_NATS_CA=", "WISP_NATS_CERT=", "WISP_NATS_KEY="}) {
     EXPECT_NE(env.find(key), std::string::npos) << key;
   }
-  const std::string conf = Slurp(state_->path() + "/nats.conf");
+  const std::string conf = fsutil::ReadFile(state_->path() + "/nats.conf").value_or("");
   EXPECT_NE(conf.find("verify: true"), std::string::npos) << conf;
 
   auto status = Status();
@@ -146,14 +138,14 @@ TEST_F(LocalUpTest, RunsTheStackOverNatsTls) {
   EXPECT_EQ((*up)->Terminate(30s), 0) << (*up)->Log();
 
   // A second start keeps the CA material and serves again.
-  const std::string ca = Slurp(state_->path() + "/pki/ca.pem");
-  const std::string server = Slurp(state_->path() + "/pki/nats-server.pem");
+  const std::string ca = fsutil::ReadFile(state_->path() + "/pki/ca.pem").value_or("");
+  const std::string server = fsutil::ReadFile(state_->path() + "/pki/nats-server.pem").value_or("");
   auto again = Start("local-up-2");
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_TRUE((*again)->WaitForLog("local-up: wisp is running", 120s).ok()) << (*again)->Log();
   EXPECT_EQ((*again)->Log().find("creating"), std::string::npos) << (*again)->Log();
-  EXPECT_EQ(Slurp(state_->path() + "/pki/ca.pem"), ca);
-  EXPECT_EQ(Slurp(state_->path() + "/pki/nats-server.pem"), server);
+  EXPECT_EQ(fsutil::ReadFile(state_->path() + "/pki/ca.pem").value_or(""), ca);
+  EXPECT_EQ(fsutil::ReadFile(state_->path() + "/pki/nats-server.pem").value_or(""), server);
   status = Status();
   EXPECT_EQ(status.exit_code, 0) << status.output;
   EXPECT_EQ((*again)->Terminate(30s), 0) << (*again)->Log();

@@ -17,6 +17,7 @@
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/bus/service.hpp"
 #include "wisp/integration/harness.hpp"
+#include "wisp/integration/nats_test.hpp"
 
 namespace wisp::bus {
 namespace {
@@ -24,7 +25,6 @@ namespace {
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 using integration::Eventually;
-using integration::NatsServer;
 
 // A Requester that counts what reaches it and passes it on: the fallback, so a test sees which
 // requests did not go over a loop connection.
@@ -98,19 +98,11 @@ Answer CallFrom(asio::io_context& ioc, Requester& req, std::string subject, std:
   return future.get();
 }
 
-class LoopRequesterTest : public ::testing::Test {
+class LoopRequesterTest : public integration::NatsTest {
  protected:
   void SetUp() override {
-    auto server = NatsServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status();
-    nats_ = *std::move(server);
-    options_.servers = {nats_->url()};
-    options_.name = "it";
-    options_.reconnect_wait = 50ms;
-    options_.reconnect_wait_max = 500ms;
-    auto bus = NatsBus::Connect(options_);
-    ASSERT_TRUE(bus.ok()) << bus.status();
-    bus_ = *std::move(bus);
+    integration::NatsTest::SetUp();
+    if (HasFatalFailure()) return;
     fallback_ = std::make_unique<CountingRequester>(*bus_);
   }
 
@@ -124,16 +116,9 @@ class LoopRequesterTest : public ::testing::Test {
 
   // A bus of its own, for the serving side of a test.
   std::unique_ptr<NatsBus> ServerBus(const std::string& name) {
-    NatsBusOptions o = options_;
-    o.name = name;
-    auto bus = NatsBus::Connect(o);
-    EXPECT_TRUE(bus.ok()) << bus.status();
-    return bus.ok() ? *std::move(bus) : nullptr;
+    return NewBus(/*registry=*/nullptr, /*threads=*/1, name);
   }
 
-  NatsBusOptions options_;
-  std::unique_ptr<NatsServer> nats_;
-  std::unique_ptr<NatsBus> bus_;
   std::unique_ptr<CountingRequester> fallback_;
 };
 
@@ -144,24 +129,9 @@ TEST_F(LoopRequesterTest, AnswersOnTheLoopThatAsked) {
   Loops loops(2);
   auto req = Connect(loops, &registry);
   ASSERT_NE(req, nullptr);
-  auto echo = bus_->Serve("it.lecho", "", [](const Request& r) {
-    Reply reply = Reply::Ok("echo:" + r.msg.data);
-    reply.headers["X-Rid"] = r.request_id;
-    reply.headers["X-Timeout"] = std::string(r.msg.Header(kHeaderTimeoutMs));
-    return reply;
-  });
-  ASSERT_TRUE(echo.ok()) << echo.status();
-  auto err = bus_->Serve("it.lerr", "", [](const Request&) {
-    return Reply::Error(absl::PermissionDeniedError("not you"));
-  });
-  ASSERT_TRUE(err.ok());
-  std::promise<void> release;
-  auto released = release.get_future().share();
-  auto slow = bus_->Serve("it.lslow", "", [released](const Request&) {
-    released.wait_for(5s);
-    return Reply::Ok("late");
-  });
-  ASSERT_TRUE(slow.ok());
+  integration::TestResponders responders;
+  absl::Status served = responders.Serve(*bus_, "it.l");  // it.lecho, it.lerr, it.lslow
+  ASSERT_TRUE(served.ok()) << served;
   ASSERT_TRUE(Eventually([&] { return bus_->Request("it.lecho", "", 1s).ok(); }));
   const int sync_before = fallback_->sync.load();
 
@@ -187,7 +157,7 @@ TEST_F(LoopRequesterTest, AnswersOnTheLoopThatAsked) {
   EXPECT_TRUE(late.on_loop);
   EXPECT_GE(took, 200ms);
   EXPECT_LT(took, 2s);
-  release.set_value();  // its late reply finds nothing pending
+  responders.Release();  // its late reply finds nothing pending
   EXPECT_EQ(fallback_->async.load(), 0) << "loop threads' requests went to the fallback";
 
   // Many in flight from both loops at once, each answered once with its own reply.
@@ -222,19 +192,7 @@ TEST_F(LoopRequesterTest, AnswersOnTheLoopThatAsked) {
   ASSERT_TRUE(req->Request("it.lecho", "sync", 2s).ok());
   EXPECT_EQ(fallback_->sync.load(), sync_before + 1);
 
-  double ok_requests = 0;
-  for (const auto& f : registry.Collect()) {
-    if (f.name != "wisp_bus_client_requests_total") continue;
-    for (const auto& m : f.metric) {
-      bool echo_ok = false, code_ok = false;
-      for (const auto& l : m.label) {
-        echo_ok |= l.name == "subject" && l.value == "it.lecho";
-        code_ok |= l.name == "code" && l.value == "OK";
-      }
-      if (echo_ok && code_ok) ok_requests += m.counter.value;
-    }
-  }
-  EXPECT_EQ(ok_requests, kCalls + 2);
+  EXPECT_EQ(integration::OkRequests(registry, "it.lecho"), kCalls + 2);
 }
 
 // Tests that a loop connection survives a nats-server SIGKILL: while it is down its thread's

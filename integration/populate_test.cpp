@@ -15,6 +15,7 @@
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/integration/harness.hpp"
+#include "wisp/integration/nats_test.hpp"
 #include "wisp/v1/volume.pb.h"
 
 namespace wisp {
@@ -78,12 +79,9 @@ class PopulateTest : public ::testing::Test {
     ASSERT_TRUE(https_->Start().ok());
 
     StartPopulator();
-    bus::NatsBusOptions opts;
-    opts.servers = {nats_->url()};
-    opts.name = "populate-test";
-    auto client = bus::NatsBus::Connect(opts);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
+    client_ =
+        integration::ConnectTestBus(integration::TestBusOptions({nats_->url()}, "populate-test"));
+    ASSERT_NE(client_, nullptr);
   }
 
   void StartPopulator() {

@@ -17,7 +17,6 @@
 #include <fstream>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -38,15 +37,6 @@ namespace subjects = bus::subjects;
 constexpr char kObserver[] = "it-observer";
 constexpr char kObserverPassword[] = "observer-only-in-tests";
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-  return s;
-}
-
 // One nats-server with scripts/nats-auth's users (plus the observer) shared by every test here.
 class BusPermissionsTest : public ::testing::Test {
  protected:
@@ -56,7 +46,7 @@ class BusPermissionsTest : public ::testing::Test {
     CommandResult r = RunCommand(SourceDir() + "/scripts/nats-auth " + d +
                                  "/secrets node-a node-b > " + d + "/users.conf");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    std::string conf = ReadAll(d + "/users.conf");
+    std::string conf = fsutil::ReadTrimmedFile(d + "/users.conf").value_or("");
     // Add the observer as the first user of account WISP (every service but wisp-token), so it
     // sees that account as any service in it would, with no permission limits.
     const auto account = conf.find("  WISP {");
@@ -82,7 +72,7 @@ class BusPermissionsTest : public ::testing::Test {
 
   static std::string Password(const std::string& user) {
     if (user == kObserver) return kObserverPassword;
-    return ReadAll(dir_->path() + "/secrets/nats-" + user + ".password");
+    return NatsAuthPassword(dir_->path() + "/secrets", user);
   }
 
   // A connection as `user` with its reply inboxes under `_INBOX.<user>` (what the binaries use,

@@ -26,7 +26,7 @@ wisp_add_test(faults_cluster_integration_test
 # smallest rotation period is 1m and it checks every 10 s).
 wisp_add_test(faults_token_rotation_integration_test
   SOURCES faults_token_rotation_test.cpp
-  DEPS wisp::bus wisp::integration_harness wisp::jwt wisp::proto_events
+  DEPS wisp::bus wisp::integration_nats wisp::jwt wisp::proto_events
   LABELS integration)
 if(TARGET faults_token_rotation_integration_test AND TARGET wisp-token)
   add_dependencies(faults_token_rotation_integration_test wisp-token)

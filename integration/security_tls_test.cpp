@@ -12,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <sstream>
 
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/bus/proto.hpp"
@@ -27,15 +26,6 @@ namespace {
 using namespace std::chrono_literals;
 using bus::NatsBus;
 using bus::NatsBusOptions;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-  return s;
-}
 
 class NatsTlsTest : public ::testing::Test {
  protected:
@@ -72,7 +62,7 @@ class NatsTlsTest : public ::testing::Test {
 
   std::string Path(const std::string& file) const { return dir_->path() + "/" + file; }
   std::string Password(const std::string& user) const {
-    return ReadAll(Path("secrets/nats-" + user + ".password"));
+    return NatsAuthPassword(Path("secrets"), user);
   }
   // The gateway's user over TLS with the given trust and client certificate ("" = none).
   NatsBusOptions Client(const std::string& ca, const std::string& cert) const {

@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
-#include <sstream>
 #include <set>
 #include <thread>
 
@@ -27,6 +26,7 @@
 #include "wisp/bus/subjects.hpp"
 #include "wisp/http/server.hpp"
 #include "wisp/integration/harness.hpp"
+#include "wisp/integration/nats_test.hpp"
 #include "wisp/integration/stack.hpp"
 #include "wisp/jwt/base64url.hpp"
 #include "wisp/jwt/jws.hpp"
@@ -131,9 +131,7 @@ class TokenInteropTest : public ::testing::Test {
     ASSERT_TRUE(WaitForHttp("127.0.0.1", metrics_port_, "/readyz", seconds(20)).ok())
         << token_->Log();
 
-    bus::NatsBusOptions bo;
-    bo.servers = {nats_->url()};
-    bo.name = "token-interop-test";
+    bus::NatsBusOptions bo = TestBusOptions({nats_->url()}, "token-interop-test");
     bo.serve_threads = 2;
     auto bus = bus::NatsBus::Connect(bo);
     ASSERT_TRUE(bus.ok()) << bus.status();
@@ -495,9 +493,7 @@ TEST_F(TokenInteropTest, SidecarEndToEndWithKubeletSwap) {
   Project(proj, 1, Issue("", {"wisp-sts"}, "intruder").token());
   const std::string socket = dir_->path() + "/token.sock";
   const int sidecar_metrics = FreePort();
-  std::stringstream ca_text;
-  ca_text << std::ifstream(dir_->path() + "/ca.pem").rdbuf();
-  const std::string ca_pem = ca_text.str();
+  const std::string ca_pem = fsutil::ReadFile(dir_->path() + "/ca.pem").value_or("");
   auto sidecar = Process::Start(
       {.path = BinaryPath("wisp-sidecar"),
        .args = {"--socket", socket, "--token-file", (proj / "token").string(), "--sts-url",
@@ -624,10 +620,7 @@ TEST(TokenKeyRetentionTest, RetiredKeyLeavesJwksOnceItsTokensHaveExpired) {
   auto stack = Stack::Start({.policy = false, .populator = false});
   ASSERT_TRUE(stack.ok()) << stack.status();
   Stack& s = **stack;
-  bus::NatsBusOptions bo;
-  bo.servers = {s.nats().url()};
-  bo.name = "token-retention-test";
-  auto bus = bus::NatsBus::Connect(bo);
+  auto bus = bus::NatsBus::Connect(TestBusOptions({s.nats().url()}, "token-retention-test"));
   ASSERT_TRUE(bus.ok()) << bus.status();
   auto issue = [&](const std::string& alg) {
     return IssueToken(**bus, alg, {"sts.amazonaws.com"}, "vms", "vm-reader");

@@ -13,6 +13,7 @@
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/integration/nats_test.hpp"
 #include "wisp/integration/stack.hpp"
 #include "wisp/v1/token.pb.h"
 #include "wisp/v1/volume.pb.h"
@@ -47,9 +48,7 @@ class UploadTest : public ::testing::Test {
         " && qemu-img convert -f qcow2 -O raw disk.qcow2 disk.qcow2.expected"
         " && gzip -1 -c disk.raw > disk.raw.gz && sync");
     ASSERT_EQ(made.exit_code, 0) << made.output;
-    bus::NatsBusOptions o;
-    o.servers = {stack_->nats().url()};
-    o.name = "upload-test";
+    bus::NatsBusOptions o = TestBusOptions({stack_->nats().url()}, "upload-test");
     o.user = "wispctl";
     o.password = stack_->NatsPassword("wispctl");
     o.inbox_prefix = "_INBOX.wispctl";

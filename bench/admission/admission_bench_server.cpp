@@ -6,7 +6,8 @@
 
 #include "admission/admission_handler.hpp"
 #include "wisp/bus/loop_requester.hpp"
-#include "wisp/config/file_reloader.hpp"
+#include "wisp/config/flags.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/http/server.hpp"
 #include "wisp/runtime/runtime.hpp"
 
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   flags.ParseOrExit(argc, argv);
   std::string fixed;  // --fixed-response's answer, read before anything starts
   if (!fixed_file.empty()) {
-    auto bytes = config::ReadWholeFile(fixed_file);
+    auto bytes = fsutil::ReadFile(fixed_file);
     if (!bytes.ok()) {
       return runtime::Fail(
           "admission_bench_server",

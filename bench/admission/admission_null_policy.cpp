@@ -7,14 +7,14 @@
 #include "admission/review_call.hpp"
 #include "wisp/policy/rules.hpp"
 #include "wisp/bus/subjects.hpp"
-#include "wisp/config/file_reloader.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/runtime/runtime.hpp"
 
 namespace {
 
 absl::StatusOr<std::string> Verdict(const std::string& review_file,
                                     const std::string& policy_file) {
-  auto body = wisp::config::ReadWholeFile(review_file);
+  auto body = wisp::fsutil::ReadFile(review_file);
   if (!body.ok()) return absl::NotFoundError("review: " + std::string(body.status().message()));
   auto policy = wisp::policy::LoadPolicyFile(policy_file);
   if (!policy.ok()) {

@@ -5,12 +5,11 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "admission/review_call.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/policy/rules.hpp"
 
 namespace {
@@ -95,10 +94,12 @@ int main(int argc, char** argv) {
                  "  POLICY_YAML: a wisp-policy file, e.g. deploy/local/policy.yaml\n");
     return 2;
   }
-  std::ifstream f(argv[1]);
-  std::stringstream body;
-  body << f.rdbuf();
-  g_review = body.str();
+  auto review = wisp::fsutil::ReadFile(argv[1]);
+  if (!review.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(review.status().message()).c_str());
+    return 2;
+  }
+  g_review = *std::move(review);
   auto policy = wisp::policy::LoadPolicyFile(argv[2]);
   if (!policy.ok()) {
     std::fprintf(stderr, "%s: %s\n", argv[2], std::string(policy.status().message()).c_str());

@@ -62,6 +62,7 @@
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/integration/harness.hpp"
 #include "wisp/integration/stack.hpp"
 #include "wisp/v1/token.pb.h"
@@ -515,9 +516,7 @@ void CsiCycle(wisp::integration::CsiClient& client, const std::string& root, uin
   grpc::Status st = client.Publish(req);
   const double publish_ms = MsSince(t0);
   if (st.ok()) {
-    std::ifstream in(target + "/token");
-    std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (LooksLikeJwt(token)) {
+    if (LooksLikeJwt(wisp::fsutil::ReadFile(target + "/token").value_or(""))) {
       publish.Ok(publish_ms);
     } else {
       publish.Fail("published volume has no token file");
@@ -590,8 +589,8 @@ long RssKib(pid_t pid) {
 }
 
 double CpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string stat =
+      wisp::fsutil::ReadFile("/proc/" + std::to_string(pid) + "/stat").value_or("");
   const size_t paren = stat.rfind(')');
   if (paren == std::string::npos) return 0;
   std::istringstream rest(stat.substr(paren + 2));

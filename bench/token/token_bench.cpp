@@ -29,6 +29,7 @@
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/http/server.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/integration/harness.hpp"
 #include "wisp/v1/token.pb.h"
 
@@ -73,8 +74,8 @@ double SpeedSignRate(const std::string& out, const std::string& line_marker) {
 
 // utime + stime of a process, in seconds (/proc/<pid>/stat fields 14 and 15).
 double CpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string stat =
+      wisp::fsutil::ReadFile("/proc/" + std::to_string(pid) + "/stat").value_or("");
   std::istringstream rest(stat.substr(stat.rfind(')') + 2));
   std::vector<std::string> f;
   for (std::string w; rest >> w;) f.push_back(w);

@@ -4,6 +4,7 @@
 //
 //   Json vmi = LoadManifest("vmi-irsa.yaml");
 //   stack->Https("POST", "/validate?timeout=5s", AdmissionReviewFor(vmi, "uid-1"), ...);
+//   nlohmann::json review = PostAdmissionReview(*stack, "validate", vmi, "uid-1");
 #include <fstream>
 #include <string>
 
@@ -46,6 +47,19 @@ inline std::string AdmissionReviewFor(const nlohmann::json& object, const std::s
         {"object", object},
         {"dryRun", false}}}};
   return review.dump();
+}
+
+// POSTs `object`'s AdmissionReview to the stack's /<webhook> (mutate or validate) and returns the
+// AdmissionReview it answers; the call failing or answering other than 200 fails the test (null
+// when there is no answer).
+inline nlohmann::json PostAdmissionReview(Stack& stack, const std::string& webhook,
+                                          const nlohmann::json& object, const std::string& uid) {
+  auto resp = stack.Https("POST", "/" + webhook + "?timeout=5s", AdmissionReviewFor(object, uid),
+                          {{"Content-Type", "application/json"}});
+  EXPECT_TRUE(resp.ok()) << resp.status();
+  if (!resp.ok()) return nlohmann::json();
+  EXPECT_EQ(resp->status, 200) << resp->body;
+  return nlohmann::json::parse(resp->body);
 }
 
 // `object` after the review's patch, applied by python3-jsonpatch (not wisp's code).

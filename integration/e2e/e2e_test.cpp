@@ -21,10 +21,8 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -33,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/integration/kube.hpp"
 #include "wisp/integration/stack.hpp"
 
@@ -53,17 +52,11 @@ std::string Env(const char* name, const std::string& fallback = "") {
 }
 
 std::string ReadManifest(const std::string& name) {
-  std::ifstream in(SourceDir() + "/integration/admission/manifests/" + name);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return fsutil::ReadFile(SourceDir() + "/integration/admission/manifests/" + name).value_or("");
 }
 
 std::string E2eManifest(const std::string& name) {
-  std::ifstream in(SourceDir() + "/integration/e2e/manifests/" + name);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return fsutil::ReadFile(SourceDir() + "/integration/e2e/manifests/" + name).value_or("");
 }
 
 // kubectl create -f - -o json: the object as the apiserver stored it (after every webhook).

@@ -4,25 +4,17 @@
 #include <signal.h>
 
 #include <ctime>
-#include <fstream>
-#include <sstream>
+
+#include "wisp/fsutil/read_file.hpp"
 
 namespace wisp::config {
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(path + " cannot be read");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
 
 FileReloader::FileReloader(Options options, Apply apply, Observe observe)
     : options_(std::move(options)),
       interval_(options_.interval),
       apply_(std::move(apply)),
       observe_(std::move(observe)) {
-  if (auto bytes = ReadWholeFile(options_.path); bytes.ok()) {
+  if (auto bytes = fsutil::ReadFile(options_.path); bytes.ok()) {
     last_bytes_ = *std::move(bytes);
     have_last_ = true;
   }
@@ -33,7 +25,7 @@ FileReloader::~FileReloader() { Stop(); }
 absl::Status FileReloader::Reload(std::string_view trigger) {
   std::lock_guard lock(reload_mu_);
   absl::Status result;
-  if (auto bytes = ReadWholeFile(options_.path); !bytes.ok()) {
+  if (auto bytes = fsutil::ReadFile(options_.path); !bytes.ok()) {
     result = bytes.status();
   } else {
     last_bytes_ = *bytes;
@@ -47,7 +39,7 @@ absl::Status FileReloader::Reload(std::string_view trigger) {
 absl::Status FileReloader::ReloadIfChanged(std::string_view trigger) {
   {
     std::lock_guard lock(reload_mu_);
-    auto bytes = ReadWholeFile(options_.path);
+    auto bytes = fsutil::ReadFile(options_.path);
     if (!bytes.ok() || (have_last_ && *bytes == last_bytes_)) return absl::OkStatus();
   }
   return Reload(trigger);

@@ -21,8 +21,9 @@ absl::Status ErrnoError(const std::string& what) {
   return absl::InternalError(what + ": " + std::strerror(errno));
 }
 
-// Reads a whole file; NotFound when it does not exist.
-absl::StatusOr<std::string> ReadFile(const std::string& path, uint32_t* mode) {
+// Reads one of our projected files and its mode, never through a link; NotFound when it does not
+// exist.
+absl::StatusOr<std::string> ReadProjectedFile(const std::string& path, uint32_t* mode) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(path);
@@ -166,7 +167,7 @@ absl::StatusOr<bool> AtomicWriter::Write(const Payload& payload) {
   if (!changed) {
     for (const auto& [key, file] : clean) {
       uint32_t mode = 0;
-      auto existing = ReadFile(old_ts_dir + "/" + key, &mode);
+      auto existing = ReadProjectedFile(old_ts_dir + "/" + key, &mode);
       if (!existing.ok() || *existing != file.data || mode != (file.mode & 07777)) {
         changed = true;
         break;

@@ -10,23 +10,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "errno_status.hpp"
+
 namespace wisp::fsutil {
 namespace {
-
-absl::Status ErrnoStatus(const std::string& what, int err) {
-  const std::string msg = what + ": " + std::strerror(err);
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(msg);
-    case EPERM:
-    case EACCES:
-      return absl::PermissionDeniedError(msg);
-    case EBUSY:
-      return absl::FailedPreconditionError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
 
 // Undoes the octal escapes of /proc/self/mountinfo (space, tab, newline, backslash).
 std::string Unescape(const std::string& s) {

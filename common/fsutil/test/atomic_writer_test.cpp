@@ -5,15 +5,14 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/status/fake_clock.hpp"
 
 namespace wisp::fsutil {
@@ -30,12 +29,7 @@ class AtomicWriterTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::string Read(const std::string& rel) {
-    std::ifstream in(dir_ + "/" + rel);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  std::string Read(const std::string& rel) { return ReadFile(dir_ + "/" + rel).value_or(""); }
   std::string Link(const std::string& rel) { return fs::read_symlink(dir_ + "/" + rel).string(); }
   uint32_t Mode(const std::string& rel) {
     struct stat st;
@@ -195,11 +189,11 @@ TEST_F(AtomicWriterTest, ReaderNeverSeesPartialOrMixedToken) {
   std::atomic<int> reads{0}, bad{0};
   std::thread reader([&] {
     while (!stop.load()) {
-      std::ifstream in(dir_ + "/token", std::ios::binary);
-      if (!in) continue;  // the old directory vanished between path lookups: retry, never partial
-      std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      auto got = ReadFile(dir_ + "/token");
+      if (!got.ok())
+        continue;  // the old directory vanished between path lookups: retry, never partial
       ++reads;
-      if (!valid.count(got)) ++bad;
+      if (!valid.count(*got)) ++bad;
     }
   });
   for (int round = 1; round <= 400; ++round) {

@@ -1,8 +1,6 @@
 #include "wisp/jwt/seal.hpp"
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -10,6 +8,7 @@
 #include <openssl/sha.h>
 
 #include "openssl_util.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/jwt/base64url.hpp"
 
 namespace wisp::jwt {
@@ -74,11 +73,12 @@ absl::StatusOr<Kek> Kek::FromText(std::string_view text) {
 }
 
 absl::StatusOr<Kek> Kek::FromFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("key-encryption-key file " + path + ": cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  auto read = fsutil::ReadFile(path, /*max_bytes=*/4096);
+  if (!read.ok()) {
+    return absl::Status(read.status().code(),
+                        "key-encryption-key file " + std::string(read.status().message()));
+  }
+  std::string text = *std::move(read);
   auto kek = FromText(text);
   OPENSSL_cleanse(text.data(), text.size());
   if (!kek.ok()) {

@@ -108,11 +108,8 @@ absl::StatusOr<AdmissionReview> ParseAdmissionReview(std::string_view body) {
   return review;
 }
 
-namespace {
-
-// The nlohmann encoding; EncodeAdmissionReview falls back to it for a string that is not valid
-// UTF-8, so that case keeps nlohmann's behaviour (it throws type_error 316).
-std::string EncodeWithJson(std::string_view api_version, const AdmissionResponse& response) {
+std::string EncodeAdmissionReviewWithJson(std::string_view api_version,
+                                          const AdmissionResponse& response) {
   Json resp = {{"uid", response.uid}, {"allowed", response.allowed}};
   if (!response.patch.empty()) {
     resp["patchType"] = "JSONPatch";
@@ -133,8 +130,6 @@ std::string EncodeWithJson(std::string_view api_version, const AdmissionResponse
               {"response", std::move(resp)}};
   return out.dump();
 }
-
-}  // namespace
 
 // Written directly rather than through a Json tree (this is on every admission answer): the same
 // bytes nlohmann's dump() gives, keys in its (sorted) order.
@@ -204,7 +199,8 @@ std::string EncodeAdmissionReview(std::string_view api_version, const AdmissionR
     out.push_back(']');
   }
   out += "}}";
-  if (!ok) return EncodeWithJson(api_version, response);
+  // A string that is not valid UTF-8: nlohmann's behaviour (it throws type_error 316).
+  if (!ok) return EncodeAdmissionReviewWithJson(api_version, response);
   return out;
 }
 

@@ -2,12 +2,11 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/escaping.h"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/log/log.hpp"
 
 namespace wisp::kube {
@@ -18,14 +17,6 @@ namespace fs = std::filesystem;
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? "" : v;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(path + " cannot be read");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
 }
 
 std::string Trim(std::string s) {
@@ -86,7 +77,7 @@ absl::StatusOr<Config> LoadInCluster(const InClusterPaths& paths) {
   if (!fs::exists(c.token_file)) {
     return absl::FailedPreconditionError("in-cluster config: " + c.token_file + " is missing");
   }
-  if (auto ns = ReadFile(paths.dir + "/namespace"); ns.ok() && !Trim(*ns).empty()) {
+  if (auto ns = fsutil::ReadFile(paths.dir + "/namespace"); ns.ok() && !Trim(*ns).empty()) {
     c.default_namespace = Trim(*ns);
   }
   c.origin = "in-cluster";
@@ -223,7 +214,7 @@ absl::StatusOr<std::string> TokenSource::Token() {
   std::lock_guard lock(mu_);
   const auto now = clock_->Steady();
   if (loaded_ && now - read_at_ < refresh_) return token_;
-  auto bytes = ReadFile(file_);
+  auto bytes = fsutil::ReadFile(file_);
   read_at_ = now;
   if (!bytes.ok()) {
     // Keep the last good token: kubelet swaps the file with a rename, a miss is transient.

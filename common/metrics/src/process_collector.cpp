@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "wisp/fsutil/read_file.hpp"
+
 namespace wisp::metrics {
 namespace {
 
@@ -42,8 +44,7 @@ std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
   std::vector<prometheus::MetricFamily> out;
   const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
   const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
-  std::ifstream stat_file("/proc/self/stat");
-  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const std::string stat = fsutil::ReadFile("/proc/self/stat").value_or("");
   // Fields after the parenthesised command name; comm may contain spaces.
   auto close = stat.rfind(')');
   if (close != std::string::npos) {

@@ -31,6 +31,9 @@ void AddNatsFlags(config::Flags& flags, CommonSettings& s) {
 
 absl::StatusOr<bus::NatsBusOptions> NatsOptions(const CommonSettings& settings,
                                                 const std::string& name) {
+  if (settings.nats_cert.empty() != settings.nats_key.empty()) {
+    return absl::InvalidArgumentError("nats-cert and nats-key go together");
+  }
   bus::NatsBusOptions options;
   WISP_ASSIGN_OR_RETURN(options.servers, ParseNatsUrls(settings.nats_url));
   options.name = name;

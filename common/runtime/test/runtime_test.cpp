@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
+
 namespace wisp::runtime {
 namespace {
 
@@ -14,6 +16,53 @@ TEST(RuntimeTest, ParsesNatsUrls) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(bad.status().message()).find("nats-url"), std::string::npos);
   EXPECT_FALSE(ParseNatsUrls(" , ").ok());
+}
+
+// Tests that NatsOptions maps every --nats-* flag (the mapping services and wispctl share) and
+// refuses a client certificate without its key, naming both flags.
+TEST(RuntimeTest, NatsOptionsMapsEveryNatsFlag) {
+  CommonSettings s;
+  config::Flags flags("wispctl", "test");
+  AddNatsFlags(flags, s);
+  const char* argv[] = {"wispctl",
+                        "--nats-url",
+                        "tls://a:4222,tls://b:4222",
+                        "--nats-user",
+                        "u",
+                        "--nats-password",
+                        "p",
+                        "--nats-creds",
+                        "/c.creds",
+                        "--nats-token",
+                        "t",
+                        "--nats-ca",
+                        "/ca.pem",
+                        "--nats-cert",
+                        "/cert.pem",
+                        "--nats-key",
+                        "/key.pem",
+                        "--nats-inbox-prefix",
+                        "_INBOX.me"};
+  ASSERT_TRUE(flags.Parse(static_cast<int>(std::size(argv)), argv).ok());
+  auto o = NatsOptions(s, "wispctl");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->servers, (std::vector<std::string>{"tls://a:4222", "tls://b:4222"}));
+  EXPECT_EQ(o->name, "wispctl");
+  EXPECT_EQ(o->user, "u");
+  EXPECT_EQ(o->password, "p");
+  EXPECT_EQ(o->creds_file, "/c.creds");
+  EXPECT_EQ(o->token, "t");
+  EXPECT_EQ(o->tls_ca_file, "/ca.pem");
+  EXPECT_EQ(o->tls_cert_file, "/cert.pem");
+  EXPECT_EQ(o->tls_key_file, "/key.pem");
+  EXPECT_EQ(o->inbox_prefix, "_INBOX.me");
+
+  s.nats_inbox_prefix.clear();
+  EXPECT_EQ(NatsOptions(s, "wisp-token")->inbox_prefix, "_INBOX.wisp-token");
+  s.nats_key.clear();
+  auto half = NatsOptions(s, "wispctl");
+  EXPECT_EQ(half.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(half.status().message(), "nats-cert and nats-key go together");
 }
 
 // Tests that the common flags are declared with their environment names in --help.

@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 #include "wisp/integration/stack.hpp"
 
@@ -40,8 +39,7 @@ std::string GuestCacheDir() {
 absl::StatusOr<GuestImage> PrepareGuest(const std::string& cache_dir) {
   auto r = RunCommand(SourceDir() + "/integration/guest/prepare-guest " + cache_dir + " 2>" +
                       cache_dir + ".log");
-  std::ifstream log(cache_dir + ".log");
-  std::string messages((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const std::string messages = fsutil::ReadFile(cache_dir + ".log").value_or("");
   if (r.exit_code != 0) {
     return absl::FailedPreconditionError("integration/guest/prepare-guest failed: " + messages +
                                          r.output);
@@ -269,8 +267,7 @@ absl::StatusOr<ConsoleEvent> Guest::WaitFor(ConsoleEvent::Kind kind, size_t from
 }
 
 std::string Guest::ConsoleTail(size_t bytes) const {
-  std::ifstream in(console_, std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string all = fsutil::ReadFile(console_, size_t{1} << 30).value_or("");
   return all.size() > bytes ? all.substr(all.size() - bytes) : all;
 }
 

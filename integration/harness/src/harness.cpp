@@ -17,7 +17,6 @@
 #include <fstream>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #ifndef WISP_BIN_DIR
@@ -29,13 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Steady = std::chrono::steady_clock;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string Tail(const std::string& s, size_t n = 2000) {
   return s.size() <= n ? s : "..." + s.substr(s.size() - n);
@@ -265,7 +257,13 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(Options options) {
 
 Process::~Process() { Kill(); }
 
-std::string Process::Log() const { return ReadFile(options_.log_path); }
+std::string Process::Log() const {
+  return fsutil::ReadFile(options_.log_path, size_t{1} << 30).value_or("");
+}
+
+std::string NatsAuthPassword(const std::string& secrets_dir, const std::string& user) {
+  return fsutil::ReadTrimmedFile(secrets_dir + "/nats-" + user + ".password").value_or("");
+}
 
 bool Process::Running() { return !Wait(std::chrono::milliseconds(0)).has_value(); }
 

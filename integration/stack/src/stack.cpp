@@ -21,11 +21,6 @@ namespace bhttp = boost::beast::http;
 
 const char* const kServices[] = {"wisp-token", "wisp-policy", "wisp-populator", "wisp-gateway"};
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 }  // namespace
 
 std::string SourceDir() { return WISP_SOURCE_DIR; }
@@ -120,9 +115,7 @@ std::string Stack::target_root() const { return dir_->path() + "/targets"; }
 int Stack::metrics_port(const std::string& service) const { return metrics_ports_.at(service); }
 
 std::string Stack::NatsPassword(const std::string& user) const {
-  std::string p = ReadFile(dir_->path() + "/secrets/nats-" + user + ".password");
-  while (!p.empty() && (p.back() == '\n' || p.back() == '\r')) p.pop_back();
-  return p;
+  return NatsAuthPassword(dir_->path() + "/secrets", user);
 }
 
 std::vector<std::string> Stack::WispctlArgs() const {

@@ -1,12 +1,11 @@
 #include "wisp/policy/policy.hpp"
 
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 #include "wisp/config/flags.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/k8s/quantity.hpp"
 
 namespace wisp::policy {
@@ -141,13 +140,11 @@ absl::Status Parse(const YAML::Node& root, Policy& p) {
     std::string ca_file;
     WISP_RETURN_IF_ERROR(ReadString(ts["stsCaFile"], "tokenSidecar.stsCaFile", &ca_file));
     if (!ca_file.empty()) {
-      std::ifstream ca(ca_file);
-      std::stringstream pem;
-      pem << ca.rdbuf();
-      p.sidecar_sts_ca_pem = pem.str();
-      if (!ca || p.sidecar_sts_ca_pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      auto pem = fsutil::ReadFile(ca_file);
+      if (!pem.ok() || pem->find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
         return Bad("tokenSidecar.stsCaFile", "\"" + ca_file + "\" is not a readable PEM CA bundle");
       }
+      p.sidecar_sts_ca_pem = *std::move(pem);
     }
     WISP_RETURN_IF_ERROR(ReadString(ts["audience"], "tokenSidecar.audience", &p.token_audience));
     if (const auto mode = ts["nativeSidecar"]) {
@@ -225,11 +222,12 @@ absl::StatusOr<Policy> ParsePolicyYaml(std::string_view yaml) {
 }
 
 absl::StatusOr<Policy> LoadPolicyFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError("policy file " + path + " cannot be read");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  auto policy = ParsePolicyYaml(buf.str());
+  auto text = fsutil::ReadFile(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        "policy file: cannot read " + std::string(text.status().message()));
+  }
+  auto policy = ParsePolicyYaml(*text);
   if (!policy.ok()) return Annotate(policy.status(), path);
   return policy;
 }

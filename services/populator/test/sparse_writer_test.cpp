@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "fresh_test_dir.hpp"
 #include "wisp/populator/testing/test_http_server.hpp"
 
 namespace wisp::populator {
@@ -14,13 +15,7 @@ namespace {
 
 class SparseWriterTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("wisp-sparse-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = FreshTestDir("wisp-sparse"); }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::filesystem::path dir_;
 };

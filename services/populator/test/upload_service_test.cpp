@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "job_runner.hpp"
+#include "test_fixtures.hpp"
 #include "wisp/populator/testing/test_http_server.hpp"
 #include "volume_service.hpp"
 #include "wisp/bus/proto.hpp"
@@ -23,28 +24,11 @@ namespace subjects = bus::subjects;
 using testing::ReadFileOrDie;
 using testing::Sh;
 
-constexpr int64_t kCap = 16 << 20;
-
-class UploadServiceTest : public ::testing::Test {
+class UploadServiceTest : public PopulatorServiceTest {
  protected:
   void SetUp() override {
-    root_ = std::filesystem::temp_directory_path() /
-            ("wisp-up-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(root_);
-    images_ = root_ + "/images";
-    std::filesystem::create_directories(images_);
-    ASSERT_EQ(Sh("cd " + images_ +
-                 " && truncate -s 8M disk.raw && dd if=/dev/urandom of=disk.raw bs=1M count=1 "
-                 "seek=2 conv=notrunc status=none && qemu-img convert -f raw -O qcow2 disk.raw "
-                 "disk.qcow2 && gzip -1 -c disk.raw > disk.raw.gz && truncate -s 32M big.raw"),
-              0);
-    volumes_ = *bus_.OpenBucket({.name = std::string(bus::buckets::kVolumes)});
-    sources_ = *bus_.OpenBucket({.name = std::string(bus::buckets::kSources)});
-    service_ = std::make_unique<VolumeService>(
-        bus_, *volumes_, *sources_, metrics_, clock_,
-        VolumeServiceConfig{.node_name = "node-a", .volume_root = root_ + "/vols"});
-    ASSERT_TRUE(service_->Serve().ok());
+    SetUpService("wisp-up", "gzip -1 -c disk.raw > disk.raw.gz && truncate -s 32M big.raw");
+    if (HasFatalFailure()) return;
     // Non-upload volumes queue a job.
     ASSERT_TRUE(bus_.Js().EnsureStream(JobRunner::StreamConfig()).ok());
     uploads_ = std::make_unique<UploadService>(bus_, service_->store(), importer_, metrics_, clock_,
@@ -57,8 +41,8 @@ class UploadServiceTest : public ::testing::Test {
     ASSERT_TRUE(uploads_->Serve().ok());
   }
   void TearDown() override {
-    uploads_->Stop();
-    std::filesystem::remove_all(root_);
+    if (uploads_) uploads_->Stop();
+    PopulatorServiceTest::TearDown();
   }
 
   v1::VolumeStatus Create(const std::string& name, bool upload = true) {
@@ -110,17 +94,8 @@ class UploadServiceTest : public ::testing::Test {
       if (last) return resp;
     }
   }
-  std::string Disk(const std::string& id) { return root_ + "/vols/" + id + "/disk.img"; }
 
-  FakeClock clock_;
-  bus::testing::InMemoryBus bus_{clock_};
-  bus::KeyValuePtr volumes_, sources_;
-  prometheus::Registry registry_;
-  PopulatorMetrics metrics_{registry_};
-  Importer importer_{Importer::Options{}};
-  std::unique_ptr<VolumeService> service_;
   std::unique_ptr<UploadService> uploads_;
-  std::string root_, images_;
 };
 
 // Tests that an upload volume is created UPLOAD_READY, and that a qcow2 and a raw.gz uploaded in

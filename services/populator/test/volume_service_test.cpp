@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "job_runner.hpp"
+#include "test_fixtures.hpp"
 #include "wisp/populator/testing/test_http_server.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
@@ -22,32 +23,14 @@ namespace subjects = bus::subjects;
 using testing::ReadFileOrDie;
 using testing::Sh;
 
-constexpr int64_t kCap = 16 << 20;
-
-class VolumeServiceTest : public ::testing::Test {
+class VolumeServiceTest : public PopulatorServiceTest {
  protected:
   void SetUp() override {
-    root_ = std::filesystem::temp_directory_path() /
-            ("wisp-vs-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(root_);
-    std::filesystem::create_directories(root_ + "/images");
-    images_ = root_ + "/images";
-    ASSERT_EQ(
-        Sh("cd " + images_ +
-           " && truncate -s 8M disk.raw && dd if=/dev/urandom of=disk.raw "
-           "bs=1M count=1 seek=2 conv=notrunc status=none && qemu-img convert -f raw -O qcow2 "
-           "disk.raw disk.qcow2 && xz -0 -c disk.qcow2 > disk.qcow2.xz"),
-        0);
+    SetUpService("wisp-vs", "xz -0 -c disk.qcow2 > disk.qcow2.xz");
+    if (HasFatalFailure()) return;
     server_.Serve("/disk.raw", images_ + "/disk.raw");
     server_.Serve("/disk.qcow2.xz", images_ + "/disk.qcow2.xz");
     ASSERT_TRUE(server_.Start().ok());
-    volumes_ = *bus_.OpenBucket({.name = std::string(bus::buckets::kVolumes)});
-    sources_ = *bus_.OpenBucket({.name = std::string(bus::buckets::kSources)});
-    service_ = std::make_unique<VolumeService>(
-        bus_, *volumes_, *sources_, metrics_, clock_,
-        VolumeServiceConfig{.node_name = "node-a", .volume_root = root_ + "/vols"});
-    ASSERT_TRUE(service_->Serve().ok());
     JobRunnerConfig jc;
     jc.node_name = "node-a";
     jc.volume_root = root_ + "/vols";
@@ -59,7 +42,7 @@ class VolumeServiceTest : public ::testing::Test {
   }
   void TearDown() override {
     server_.Stop();
-    std::filesystem::remove_all(root_);
+    PopulatorServiceTest::TearDown();
   }
 
   absl::StatusOr<v1::VolumeStatus> Create(v1::VolumeSpec spec,
@@ -89,19 +72,10 @@ class VolumeServiceTest : public ::testing::Test {
     EXPECT_TRUE(ran.ok()) << ran.status();
     return ran.ok() && *ran;
   }
-  std::string Disk(const std::string& id) { return root_ + "/vols/" + id + "/disk.img"; }
 
-  FakeClock clock_;
-  bus::testing::InMemoryBus bus_{clock_};
-  bus::KeyValuePtr volumes_, sources_;
-  prometheus::Registry registry_;
-  PopulatorMetrics metrics_{registry_};
-  Importer importer_{Importer::Options{}};
-  std::unique_ptr<VolumeService> service_;
   std::unique_ptr<JobRunner> runner_;
   bus::PullConsumerPtr consumer_;
   testing::TestHttpServer server_;
-  std::string root_, images_;
 };
 
 // Tests that a blank volume is queued, populated as a sparse disk.img of its capacity, and evented.

@@ -2,8 +2,7 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
-#include <sstream>
+#include "wisp/fsutil/read_file.hpp"
 
 namespace wisp::sidecar {
 
@@ -22,11 +21,11 @@ absl::StatusOr<std::string> TokenFile::Read() {
   if (loads_ > 0 && st.st_ino == inode_ && st.st_size == size_ && mtime_ns == mtime_ns_) {
     return content_;
   }
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) return absl::FailedPreconditionError("token file " + path_ + " cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  auto read = fsutil::ReadFile(path_);
+  if (!read.ok()) {
+    return absl::FailedPreconditionError("token file " + std::string(read.status().message()));
+  }
+  std::string text = *std::move(read);
   const auto ws = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
   while (!text.empty() && ws(text.back())) text.pop_back();
   size_t start = 0;

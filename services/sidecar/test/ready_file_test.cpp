@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "wisp/fsutil/read_file.hpp"
+
 namespace wisp::sidecar {
 namespace {
 
@@ -32,9 +34,7 @@ TEST_F(ReadyFileTest, PublishWritesTheExpiryAtomically) {
   ::umask(077);
   const system_clock::time_point expiry{seconds(1800000000)};
   ASSERT_TRUE(ReadyFile(path_).Publish(expiry).ok());
-  std::ifstream in(path_);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(text, "1800000000\n");
+  EXPECT_EQ(fsutil::ReadFile(path_).value_or(""), "1800000000\n");
   struct stat st {};
   ASSERT_EQ(::stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0644u);

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "wisp/fsutil/read_file.hpp"
+
 namespace wisp::sidecar {
 namespace {
 
@@ -109,8 +111,7 @@ TEST(SidecarAppTest, ReadyFileSaysWhenATokenIsHeld) {
   while (!fs::exists(dir / "ready") && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  std::ifstream in(dir / "ready");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = fsutil::ReadFile(dir / "ready").value_or("");
   EXPECT_EQ(text.find("access-1"), std::string::npos) << "the token must never be written";
   const long long expiry = std::stoll(text);
   const long long now = std::chrono::duration_cast<std::chrono::seconds>(

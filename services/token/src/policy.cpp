@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 #include "remote_jwks.hpp"
 #include "upload_issuer.hpp"
+#include "wisp/fsutil/read_file.hpp"
 
 namespace wisp::token {
 namespace {
@@ -146,12 +146,12 @@ absl::StatusOr<Policy> Parse(const YAML::Node& root) {
         return absl::InvalidArgumentError(
             key + ": jwksCaFile, jwksBearerTokenFile and jwksRefreshSeconds apply to jwksUrl only");
       }
-      std::ifstream in(issuer.jwks_file);
-      if (!in)
-        return absl::InvalidArgumentError(key + ".jwksFile: cannot read " + issuer.jwks_file);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      auto keys = jwt::KeySet::FromJwks(ss.str());
+      auto jwks = fsutil::ReadFile(issuer.jwks_file);
+      if (!jwks.ok()) {
+        return absl::InvalidArgumentError(key + ".jwksFile: cannot read " +
+                                          std::string(jwks.status().message()));
+      }
+      auto keys = jwt::KeySet::FromJwks(*jwks);
       if (!keys.ok()) {
         return absl::InvalidArgumentError(key +
                                           ".jwksFile: " + std::string(keys.status().message()));
@@ -202,11 +202,12 @@ absl::StatusOr<Policy> Policy::FromYaml(std::string_view yaml) {
 }
 
 absl::StatusOr<Policy> Policy::FromFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError("policy-file: cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto p = FromYaml(ss.str());
+  auto text = fsutil::ReadFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError("policy-file: cannot read " +
+                                      std::string(text.status().message()));
+  }
+  auto p = FromYaml(*text);
   if (!p.ok()) return Annotate(p.status(), "policy-file " + path);
   return p;
 }

@@ -1,6 +1,5 @@
 #include "admit.hpp"
 
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -246,18 +245,12 @@ int RunAdmit(const std::vector<std::string>& args) {
     std::cerr << "wispctl admit: --file (-f): required\n";
     return 2;
   }
-  std::stringstream buf;
-  if (file == "-") {
-    buf << std::cin.rdbuf();
-  } else {
-    std::ifstream in(file);
-    if (!in) {
-      std::cerr << "wispctl admit: --file: cannot read " << file << "\n";
-      return 2;
-    }
-    buf << in.rdbuf();
+  auto input = ReadInput(file);
+  if (!input.ok()) {
+    std::cerr << "wispctl admit: --file: cannot read " << input.status().message() << "\n";
+    return 2;
   }
-  auto manifests = ParseManifests(buf.str());
+  auto manifests = ParseManifests(*input);
   if (!manifests.ok()) {
     std::cerr << "wispctl admit: " << file << ": " << manifests.status().message() << "\n";
     return 2;

@@ -1,8 +1,10 @@
 #include "cli.hpp"
 
 #include <iostream>
+#include <iterator>
 
 #include "wisp/bus/nats_bus.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/runtime/runtime.hpp"
 
 namespace wisp::wispctl {
@@ -13,9 +15,6 @@ void AddConnectionFlags(config::Flags& flags, Connection& c) {
 }
 
 absl::StatusOr<std::unique_ptr<bus::Bus>> Connect(const Connection& c) {
-  if (c.nats.nats_cert.empty() != c.nats.nats_key.empty()) {
-    return absl::InvalidArgumentError("--nats-cert and --nats-key go together");
-  }
   WISP_ASSIGN_OR_RETURN(bus::NatsBusOptions options, runtime::NatsOptions(c.nats, "wispctl"));
   options.connect_timeout = c.timeout;
   WISP_ASSIGN_OR_RETURN(auto bus, bus::NatsBus::Connect(options));
@@ -38,6 +37,13 @@ bool ParseCommand(config::Flags& flags, const std::string& command,
     return false;
   }
   return true;
+}
+
+absl::StatusOr<std::string> ReadInput(const std::string& file) {
+  if (!file.empty() && file != "-") return fsutil::ReadFile(file);
+  std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+  if (std::cin.bad()) return absl::FailedPreconditionError("stdin: read error");
+  return text;
 }
 
 }  // namespace wisp::wispctl

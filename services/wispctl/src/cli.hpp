@@ -29,4 +29,7 @@ absl::StatusOr<std::unique_ptr<bus::Bus>> Connect(const Connection& connection);
 bool ParseCommand(config::Flags& flags, const std::string& command,
                   const std::vector<std::string>& args, int& exit_code);
 
+// The bytes of `file` (fsutil::ReadFile), or of stdin when it is "-" or "".
+absl::StatusOr<std::string> ReadInput(const std::string& file);
+
 }  // namespace wisp::wispctl

@@ -1,6 +1,5 @@
 #include "token.hpp"
 
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -9,6 +8,7 @@
 #include "cli.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/jwt/jws.hpp"
 #include "wisp/v1/token.pb.h"
 
@@ -32,15 +32,12 @@ SYNOPSIS
 absl::StatusOr<std::string> ReadToken(const std::string& token, const std::string& file) {
   std::string text = token;
   if (text.empty()) {
-    std::stringstream ss;
-    if (file.empty() || file == "-") {
-      ss << std::cin.rdbuf();
-    } else {
-      std::ifstream in(file);
-      if (!in) return absl::InvalidArgumentError("token-file: cannot read " + file);
-      ss << in.rdbuf();
+    auto input = ReadInput(file);
+    if (!input.ok()) {
+      return absl::InvalidArgumentError("token-file: cannot read " +
+                                        std::string(input.status().message()));
     }
-    text = ss.str();
+    text = *std::move(input);
   }
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
     text.pop_back();
@@ -130,12 +127,12 @@ int Verify(const std::vector<std::string>& args) {
   if (!text.ok()) return Fail("verify", text.status());
   nlohmann::json out;
   if (!jwks_file.empty()) {
-    std::ifstream in(jwks_file);
-    if (!in)
-      return Fail("verify", absl::InvalidArgumentError("jwks-file: cannot read " + jwks_file));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto keys = jwt::KeySet::FromJwks(ss.str());
+    auto jwks = fsutil::ReadFile(jwks_file);
+    if (!jwks.ok()) {
+      return Fail("verify", absl::InvalidArgumentError("jwks-file: cannot read " +
+                                                       std::string(jwks.status().message())));
+    }
+    auto keys = jwt::KeySet::FromJwks(*jwks);
     if (!keys.ok()) return Fail("verify", absl::InvalidArgumentError(keys.status().message()));
     jwt::VerifyOptions opts;
     opts.issuer = issuer;

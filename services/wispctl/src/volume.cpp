@@ -6,7 +6,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -17,6 +16,7 @@
 #include "upload.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/fsutil/read_file.hpp"
 
 namespace wisp::wispctl {
 namespace {
@@ -39,14 +39,6 @@ SYNOPSIS
     Each subcommand takes the connection options (--nats-url, --nats-user, ...); see
     `wispctl volume SUBCOMMAND --help`.
 )";
-
-std::string ReadFile(const std::string& path, bool& ok) {
-  std::ifstream in(path, std::ios::binary);
-  ok = static_cast<bool>(in);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool IsVolumeId(const std::string& s) {
   if (s.size() != 26 || s.rfind("v-", 0) != 0) return false;
@@ -210,17 +202,20 @@ int RunCreate(const std::vector<std::string>& args) {
   if (!url.empty()) {
     source->mutable_http()->set_url(url);
     if (!ca_file.empty()) {
-      bool ok = false;
-      source->mutable_http()->set_ca_pem(ReadFile(ca_file, ok));
-      if (!ok)
-        return Fail("create", absl::InvalidArgumentError("--ca-file: cannot read " + ca_file));
+      auto pem = fsutil::ReadFile(ca_file);
+      if (!pem.ok()) {
+        return Fail("create", absl::InvalidArgumentError("--ca-file: cannot read " +
+                                                         std::string(pem.status().message())));
+      }
+      source->mutable_http()->set_ca_pem(*std::move(pem));
     }
     if (!headers_file.empty()) {
-      bool ok = false;
-      auto parsed = ParseHeaderLines(ReadFile(headers_file, ok), "--headers-file");
-      if (!ok)
-        return Fail("create",
-                    absl::InvalidArgumentError("--headers-file: cannot read " + headers_file));
+      auto text = fsutil::ReadFile(headers_file);
+      if (!text.ok()) {
+        return Fail("create", absl::InvalidArgumentError("--headers-file: cannot read " +
+                                                         std::string(text.status().message())));
+      }
+      auto parsed = ParseHeaderLines(*text, "--headers-file");
       if (!parsed.ok()) return Fail("create", parsed.status());
       for (auto& [k, v] : *parsed) (*source->mutable_http()->mutable_headers())[k] = v;
     }

@@ -1,21 +1,13 @@
 #pragma once
-// NodeService: the CSI Node service of wisp-gateway (role node or both).
-//
-// Two kinds of volume arrive at NodePublishVolume:
+// NodeService: the CSI Node service of wisp-gateway (role node or both), a thin layer over the
+// node's two kinds of volume:
 //   - token volumes (csi.storage.k8s.io/ephemeral=true): a small tmpfs on the target path holding
-//     one token file written with kubelet AtomicWriter semantics; `wisp` tokens come from
-//     TokenIssuer and are rotated by the RotationScheduler at 80% of their lifetime (or 24h) with
-//     jitter, `kubelet` tokens come from the volume context and are refreshed by republish. Each
-//     published token volume is recorded in the ProjectionStore so a restarted gateway carries on
-//     (Recover()).
-//     Each issue for a pod carries the kubelet's own token for that pod (audience
-//     NodeOptions::pod_proof_audience, when the kubelet sends one) as proof of its identity, so
-//     wisp-token can refuse requests for pods this node does not run (docs/security.md, G3). The
-//     latest proof of each volume is kept in memory only (never in the ProjectionStore, never
-//     logged); republish refreshes it, and rotations use it.
-//   - persistent volumes created by wisp-populator: the volume's directory (VolumeStatus.path from
-//     wisp.v1.volume.get, which must lie under the volume root) is bind-mounted onto the target,
-//     read-only when asked.
+//     one rotating token file, handled by TokenVolumes (csi/token_volumes.hpp: publish, rotate,
+//     recover, the pod proof sent with each issue).
+//   - persistent volumes created by wisp-populator: the volume's directory bind-mounted onto the
+//     target, read-only when asked, handled by BindVolumes (csi/bind_volumes.hpp).
+// NodeService validates each request, takes the volume's lock and dispatches; it also answers
+// NodeGetVolumeStats, NodeGetCapabilities, NodeGetInfo and the node's free capacity.
 //
 // Contract: handlers validate first (InvalidArgument naming the field), are idempotent (a second
 // publish of the same volume at the same target refreshes contents only; unpublishing something
@@ -26,40 +18,29 @@
 //   WISP_RETURN_IF_ERROR(node.Recover());
 //   node.StartRotation();
 //   builder.RegisterService(&node);
-#include <array>
 #include <chrono>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "csi/csi.grpc.pb.h"
+#include "csi/bind_volumes.hpp"
 #include "csi/csi_metrics.hpp"
+#include "csi/node_options.hpp"
 #include "csi/plugin.hpp"
 #include "csi/projection_store.hpp"
 #include "csi/rotation_scheduler.hpp"
 #include "csi/token_issuer.hpp"
 #include "csi/token_volume.hpp"
+#include "csi/token_volumes.hpp"
+#include "csi/volume_locks.hpp"
 #include "wisp/bus/bus.hpp"
 #include "wisp/fsutil/mounter.hpp"
 #include "wisp/status/clock.hpp"
 
 namespace wisp::gateway::csi {
-
-struct NodeOptions {
-  std::string node_id;
-  std::string volume_root;                // persistent volumes live below it
-  std::vector<std::string> target_roots;  // allowed target/staging paths (empty = any)
-  int64_t min_expiration_seconds = kMinExpirationSeconds;
-  uint64_t tmpfs_size_bytes = 1 << 20;
-  std::chrono::milliseconds bus_timeout{5000};
-  // The audience of the kubelet's token (csi.storage.k8s.io/serviceAccount.tokens) forwarded with
-  // every wisp.v1.token.issue of a pod as proof of its identity ("" = none; docs/security.md G3).
-  std::string pod_proof_audience = "wisp";
-};
 
 class NodeService final : public ::csi::v1::Node::Service {
  public:
@@ -71,8 +52,8 @@ class NodeService final : public ::csi::v1::Node::Service {
   // Reloads this node's projections and schedules their rotation; drops records whose target
   // is gone. Call once before serving.
   absl::Status Recover();
-  void StartRotation() { scheduler_.Start(); }
-  void StopRotation() { scheduler_.Stop(); }
+  void StartRotation() { tokens_.scheduler().Start(); }
+  void StopRotation() { tokens_.scheduler().Stop(); }
 
   // ---- Logic (what the gRPC overrides call; unit tests call these directly) ----
   absl::StatusOr<::csi::v1::NodePublishVolumeResponse> Publish(
@@ -95,8 +76,8 @@ class NodeService final : public ::csi::v1::Node::Service {
   // entry keeping its current token and retrying on its own.
   void RotateDue(const std::vector<std::string>& volume_ids);
 
-  RotationScheduler& scheduler() { return scheduler_; }
-  size_t token_volume_count() const;
+  RotationScheduler& scheduler() { return tokens_.scheduler(); }
+  size_t token_volume_count() const { return tokens_.count(); }
 
   // ---- gRPC ----
   grpc::Status NodePublishVolume(grpc::ServerContext* context,
@@ -116,55 +97,12 @@ class NodeService final : public ::csi::v1::Node::Service {
                            ::csi::v1::NodeGetInfoResponse* response) override;
 
  private:
-  struct BindState {
-    std::string volume_id;
-    bool read_only = false;
-  };
-
-  // What a rotation needs, read under mu_.
-  struct Rotation {
-    v1::TokenProjection projection;
-    std::string proof;  // "" after a gateway restart until the kubelet's next republish
-    bool from_wisp = false;
-  };
-
-  std::mutex& VolumeLock(const std::string& volume_id);
-  absl::Status RotateLocked(const std::string& volume_id);  // volume lock held
-  absl::StatusOr<Rotation> PrepareRotation(const std::string& volume_id);
-  // Writes the new token and schedules the next rotation, or keeps the current token and
-  // schedules a retry; Aborted (nothing written) when the volume was unpublished or published
-  // again differently since `asked` was read. Volume lock held.
-  absl::Status FinishRotation(const Rotation& asked, absl::StatusOr<IssuedToken> token);
-  absl::Status PublishToken(const ::csi::v1::NodePublishVolumeRequest& request);
-  // A bind mount of `volume_id` at `path` this process does not remember (made before a restart):
-  // recorded and true when `path` is a mount point under the target roots showing the volume's
-  // directory in the volume root.
-  bool AdoptBind(const std::string& volume_id, const std::string& path);
-  absl::Status PublishPersistent(const ::csi::v1::NodePublishVolumeRequest& request, bool read_only,
-                                 std::chrono::milliseconds budget);
-  absl::Status WriteToken(const std::string& target, const std::string& file,
-                          const std::string& token, uint32_t mode);
-  absl::Status PrepareTarget(const std::string& target);
-  absl::Status RemoveTarget(const std::string& target, bool token_volume);
-  void ScheduleNext(v1::TokenProjection& projection);
-  int64_t JitteredRotation(int64_t issued_unix, int64_t expires_unix);
-  void UpdateGauge();
-
   NodeOptions options_;
-  bus::Requester& requester_;
-  TokenIssuer& issuer_;
-  ProjectionStore& store_;
-  fsutil::Mounter& mounter_;
-  const Clock& clock_;
   CsiMetrics& metrics_;
   std::shared_ptr<spdlog::logger> logger_;
-
-  std::array<std::mutex, 64> volume_locks_;
-  mutable std::mutex mu_;                              // guards the maps below
-  std::map<std::string, v1::TokenProjection> tokens_;  // volume id -> published token volume
-  std::map<std::string, std::string> proofs_;          // volume id -> kubelet's token (proof)
-  std::map<std::string, BindState> binds_;             // target path -> persistent volume
-  RotationScheduler scheduler_;
+  VolumeLocks locks_;    // shared with tokens_, whose rotations take them too
+  TokenVolumes tokens_;  // owns the rotation scheduler
+  BindVolumes binds_;
 };
 
 }  // namespace wisp::gateway::csi

@@ -86,7 +86,4 @@ class FileReloader {
   std::thread thread_;
 };
 
-// Reads a whole file; NotFound naming `path` when it cannot be opened.
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
-
 }  // namespace wisp::config

@@ -79,5 +79,11 @@ struct AdmissionResponse {
 
 absl::StatusOr<AdmissionReview> ParseAdmissionReview(std::string_view body);
 std::string EncodeAdmissionReview(std::string_view api_version, const AdmissionResponse& response);
+// The same answer built as a nlohmann Json tree and dumped: what EncodeAdmissionReview falls back
+// to for text that is not valid UTF-8 (it throws Json::type_error 316 then, as nlohmann does), and
+// the reference its bytes must equal (admission_review_test compares them). Slower; not for the
+// serving path.
+std::string EncodeAdmissionReviewWithJson(std::string_view api_version,
+                                          const AdmissionResponse& response);
 
 }  // namespace wisp::k8s

@@ -62,6 +62,7 @@ void AddCommonFlags(config::Flags& flags, CommonSettings& settings);
 void AddNatsFlags(config::Flags& flags, CommonSettings& settings);
 // The NATS half of the settings as connection options (servers, name, credentials, TLS, inbox
 // prefix "_INBOX.<name>" unless set): the one mapping Process::Start and wispctl both use.
+// InvalidArgument naming the flag for a bad nats-url, or nats-cert without nats-key (or back).
 absl::StatusOr<bus::NatsBusOptions> NatsOptions(const CommonSettings& settings,
                                                 const std::string& name);
 

@@ -12,6 +12,8 @@
 //     kept).
 //   - BinaryPath("wisp-policy") is the bin dir + name: $WISP_BIN_DIR when set (scripts/sanitize
 //     --integration points it at the ASan build), else the build's own bin dir.
+//   - Tests read files with fsutil::ReadFile (included here), e.g.
+//     fsutil::ReadFile(path).value_or("") where "" makes the check that follows fail.
 //
 // Example:
 //   auto nats = NatsServer::Start().value();
@@ -31,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/status/status.hpp"
 
 namespace wisp::integration {
@@ -209,6 +212,10 @@ class NatsCluster {
  private:
   std::vector<std::unique_ptr<NatsServer>> nodes_;
 };
+
+// The password scripts/nats-auth wrote for `user` in `secrets_dir` (nats-<user>.password), without
+// its newline; "" when there is none.
+std::string NatsAuthPassword(const std::string& secrets_dir, const std::string& user);
 
 // The directory for this test run's logs and stores ($TMPDIR/wisp-it-<pid>), created on first use.
 const std::string& RunDir();

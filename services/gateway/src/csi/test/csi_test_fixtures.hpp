@@ -9,7 +9,6 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/bus/testing/in_memory_bus.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/status/fake_clock.hpp"
 #include "wisp/v1/token.pb.h"
 #include "wisp/v1/volume.pb.h"
@@ -33,12 +33,8 @@ inline std::string MakeTempDir(const std::string& prefix) {
   return tmpl;
 }
 
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// A file's bytes, "" when it cannot be read (the expectation on them then fails).
+inline std::string ReadFile(const std::string& path) { return fsutil::ReadFile(path).value_or(""); }
 
 // wisp-token on the bus: "tok-<n>" tokens, iat = now, exp = now + expiration.
 class FakeTokenService {
