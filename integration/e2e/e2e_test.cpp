@@ -21,8 +21,10 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -217,10 +219,10 @@ absl::StatusOr<std::string> TokenPolicyTrustingTheCluster(const std::string& dir
     out << sa_token;
   }
   ::chmod(token_file.c_str(), 0600);
-  std::ifstream in(SourceDir() + "/deploy/local/token-policy.yaml");
-  std::stringstream policy;
-  policy << in.rdbuf();
-  policy << "trustedIssuers:\n"
+  WISP_ASSIGN_OR_RETURN(std::string local,
+                        fsutil::ReadFile(SourceDir() + "/deploy/local/token-policy.yaml"));
+  std::ostringstream policy;
+  policy << local << "trustedIssuers:\n"
          << "  - issuer: " << d["issuer"].get<std::string>() << "\n"
          << "    jwksUrl: " << server.output << "/openid/v1/jwks\n"
          << "    jwksCaFile: " << ca_file << "\n"
