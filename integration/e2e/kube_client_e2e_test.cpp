@@ -338,10 +338,7 @@ int main(int argc, char** argv) {
   using namespace wisp::integration;
   ::testing::InitGoogleTest(&argc, argv);
   auto kube = KubeCluster::FromEnvironment();
-  if (!kube.ok()) {
-    std::cout << kube.status().message() << std::endl;
-    return absl::IsNotFound(kube.status()) ? 77 : 1;
-  }
+  if (!kube.ok()) return ExitCodeWithoutCluster(kube.status());
   g_kube = kube->get();
   for (auto step :
        {+[] { return g_kube->CreateNamespace(kNs); }, +[] { return InstallDataVolumeCrd(); }}) {

@@ -12,11 +12,12 @@ namespace {
 
 constexpr std::string_view kJson = "application/json";
 
-std::string PathEscape(std::string_view s) {
-  // Names are DNS labels in practice; escape anything else so a bad name cannot change the path.
+// Percent-encodes all but RFC 3986's unreserved characters (and ':' in a path segment).
+std::string Escape(std::string_view s, bool keep_colon) {
   std::string out;
   for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == ':') {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' ||
+        (keep_colon && c == ':')) {
       out += static_cast<char>(c);
     } else {
       static const char* hex = "0123456789ABCDEF";
@@ -27,6 +28,9 @@ std::string PathEscape(std::string_view s) {
   }
   return out;
 }
+
+// Names are DNS labels in practice; escape anything else so a bad name cannot change the path.
+std::string PathEscape(std::string_view s) { return Escape(s, /*keep_colon=*/true); }
 
 std::string NsName(std::string_view ns, std::string_view name) {
   if (ns.empty()) return std::string(name);
@@ -374,20 +378,7 @@ std::string ResourcePath(const Resource& resource, std::string_view ns, std::str
   return p;
 }
 
-std::string QueryEscape(std::string_view value) {
-  std::string out;
-  for (unsigned char c : value) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      static const char* hex = "0123456789ABCDEF";
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
+std::string QueryEscape(std::string_view value) { return Escape(value, /*keep_colon=*/false); }
 
 std::string_view EventTypeName(EventType type) {
   switch (type) {

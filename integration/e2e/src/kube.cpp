@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -106,6 +107,15 @@ CommandResult RunArgv(const std::vector<std::string>& argv, const std::string& i
     ::close(err_fd);
   }
   return result;
+}
+
+int ExitCodeWithoutCluster(const absl::Status& status) {
+  if (absl::IsNotFound(status)) {
+    std::cout << status.message() << std::endl;
+    return 77;
+  }
+  std::cerr << "e2e: no cluster: " << status << std::endl;
+  return 1;
 }
 
 absl::StatusOr<std::unique_ptr<KubeCluster>> KubeCluster::FromEnvironment() {

@@ -23,7 +23,7 @@
 //
 // Example:
 //   auto kube = KubeCluster::FromEnvironment();
-//   if (!kube.ok()) { std::cout << kube.status().message() << "\n"; return 77; }
+//   if (!kube.ok()) return ExitCodeWithoutCluster(kube.status());
 //   ASSERT_TRUE((*kube)->CreateNamespace("story1").ok());
 //   CommandResult r = (*kube)->Kubectl({"create", "-f", "-"}, pod_yaml);
 #include <memory>
@@ -76,6 +76,10 @@ class KubeCluster {
   std::string kubectl_;
   std::vector<std::string> namespaces_;
 };
+
+// What an e2e binary's main returns when FromEnvironment() failed: 77 (ctest's Skipped) after the
+// one SKIP line when no cluster was given; 1 after the reason when one could not be started.
+int ExitCodeWithoutCluster(const absl::Status& status);
 
 // Runs argv[0] with argv[1..] (no shell), feeding `input` on stdin; stdout and stderr together,
 // or (merge_stderr false) stdout alone, with stderr appended only when the command fails.
