@@ -6,18 +6,10 @@
 #include <fstream>
 #include <utility>
 
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
+#include "wisp/http/client.hpp"
 
 namespace wisp::integration {
 namespace {
-
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
 
 const char* const kServices[] = {"wisp-token", "wisp-policy", "wisp-populator", "wisp-gateway"};
 
@@ -207,48 +199,30 @@ absl::StatusOr<HttpsResponse> Stack::Https(const std::string& method, const std:
                                            const std::string& body,
                                            const std::map<std::string, std::string>& headers,
                                            std::chrono::milliseconds timeout) {
-  try {
-    asio::io_context ioc;
-    asio::ssl::context ctx(asio::ssl::context::tls_client);
-    ctx.load_verify_file(ca_file_);
-    ctx.set_verify_mode(asio::ssl::verify_peer);
-    beast::ssl_stream<beast::tcp_stream> stream(ioc, ctx);
-    SSL_set_tlsext_host_name(stream.native_handle(), "localhost");
-    SSL_set1_host(stream.native_handle(), "localhost");
-    beast::get_lowest_layer(stream).expires_after(timeout);
-    beast::get_lowest_layer(stream).connect(
-        asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), gateway_port_));
-    stream.handshake(asio::ssl::stream_base::client);
-    bhttp::request<bhttp::string_body> req{bhttp::string_to_verb(method), target, 11};
-    req.set(bhttp::field::host, "localhost");
-    bool has_type = false;
-    for (const auto& [k, v] : headers) {
-      req.set(k, v);
-      has_type |= (k == "Content-Type" || k == "content-type");
-    }
-    if (!body.empty() && !has_type) req.set(bhttp::field::content_type, "application/json");
-    req.body() = body;
-    req.prepare_payload();
-    bhttp::write(stream, req);
-    beast::flat_buffer buf;
-    bhttp::response_parser<bhttp::string_body> parser;
-    parser.body_limit(64 * 1024 * 1024);
-    bhttp::read(stream, buf, parser);
-    auto res = parser.release();
-    HttpsResponse out;
-    out.status = static_cast<int>(res.result_int());
-    out.body = res.body();
-    for (const auto& f : res) {
-      std::string name(f.name_string());
-      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      out.headers[name] = std::string(f.value());
-    }
-    beast::error_code ec;
-    stream.shutdown(ec);
-    return out;
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(std::string("HTTPS ") + method + " " + target + ": " + e.what());
+  // wisp's own outbound client (common/http), verifying the gateway against the test CA by the
+  // name "localhost", as kube-apiserver verifies a webhook's serving certificate.
+  WISP_ASSIGN_OR_RETURN(http::ClientPtr client,
+                        http::NewClient({.tls = {.ca_file = ca_file_, .server_name = "localhost"},
+                                         .connect_timeout = timeout,
+                                         .read_timeout = timeout,
+                                         .max_idle_per_host = 0}));
+  http::ClientRequest req{.method = method,
+                          .url = "https://127.0.0.1:" + std::to_string(gateway_port_) + target,
+                          .body = body,
+                          .total_timeout = timeout,
+                          .max_response_bytes = 64ull << 20};
+  bool has_type = false;
+  for (const auto& [k, v] : headers) {
+    req.headers.emplace_back(k, v);
+    has_type |= (k == "Content-Type" || k == "content-type");
   }
+  if (!body.empty() && !has_type) req.headers.emplace_back("Content-Type", "application/json");
+  WISP_ASSIGN_OR_RETURN(http::ClientResponse res, client->Send(req));
+  HttpsResponse out;
+  out.status = res.status;
+  out.body = std::move(res.body);
+  for (auto& [name, value] : res.headers) out.headers[name] = value;  // names are lower-cased
+  return out;
 }
 
 }  // namespace wisp::integration
