@@ -34,8 +34,6 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 
-#include <openssl/sha.h>
-
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -70,14 +68,6 @@ const Json* Named(const Json& list, const std::string& name) {
     if (item.value("name", "") == name) return &item;
   }
   return nullptr;
-}
-
-std::string Sha256Hex(const std::string& data) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
-  char hex[2 * SHA256_DIGEST_LENGTH + 1];
-  for (int i = 0; i < SHA256_DIGEST_LENGTH; ++i) std::snprintf(hex + 2 * i, 3, "%02x", md[i]);
-  return hex;
 }
 
 std::string Rfc3339(int64_t unix_seconds) {

@@ -30,8 +30,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -58,6 +56,7 @@ namespace fs = std::filesystem;
 using Steady = std::chrono::steady_clock;
 using wisp::integration::ConsoleEvent;
 using wisp::integration::Guest;
+using wisp::integration::Sha256Hex;
 
 constexpr double kGoalMs = 2000;  // issue 23: a rotation is visible in the guest within 2 s
 constexpr char kTag[] = "irsa";   // the VMI volume of story 2 (integration/admission/manifests)
@@ -82,14 +81,6 @@ struct ModeResult {
   int read_errors = 0;  // WISP-ERR lines (the guest prints one per episode)
   int retried = 0;      // WISP-RETRIED lines: an ENOENT read that the guest's one re-read fixed
 };
-
-std::string Sha256Hex(const std::string& data) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
-  char hex[2 * SHA256_DIGEST_LENGTH + 1];
-  for (int i = 0; i < SHA256_DIGEST_LENGTH; ++i) std::snprintf(hex + 2 * i, 3, "%02x", md[i]);
-  return hex;
-}
 
 // About the size of an RS256 service-account token (~1 KB), distinct each time.
 std::string FakeToken(std::mt19937& rng) {

@@ -1,5 +1,8 @@
 #include "wisp/integration/guest.hpp"
 
+#include <openssl/sha.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -47,6 +50,14 @@ absl::StatusOr<GuestImage> PrepareGuest(const std::string& cache_dir) {
   std::string version = r.output;
   while (!version.empty() && (version.back() == '\n' || version.back() == ' ')) version.pop_back();
   return GuestImage{cache_dir + "/vmlinuz", cache_dir + "/initramfs.cpio.gz", version};
+}
+
+std::string Sha256Hex(const std::string& data) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+  char hex[2 * SHA256_DIGEST_LENGTH + 1];
+  for (int i = 0; i < SHA256_DIGEST_LENGTH; ++i) std::snprintf(hex + 2 * i, 3, "%02x", md[i]);
+  return hex;
 }
 
 absl::StatusOr<VirtiofsdSpec> VirtiofsdFromContainer(const Json& container,

@@ -58,6 +58,9 @@ struct VirtiofsdSpec {
 };
 // `container_root`: the host directory standing for the container's filesystem root (its
 // volumeMounts live under it).
+// The lower-case hex SHA-256 of `data`: what the guest prints for each token it reads.
+std::string Sha256Hex(const std::string& data);
+
 absl::StatusOr<VirtiofsdSpec> VirtiofsdFromContainer(const nlohmann::json& container,
                                                      const std::string& container_root);
 
