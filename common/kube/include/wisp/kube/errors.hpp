@@ -6,8 +6,9 @@
 //   - Reason -> code: NotFound -> NotFound; AlreadyExists -> AlreadyExists; Conflict -> Aborted;
 //     Forbidden -> PermissionDenied; Unauthorized -> Unauthenticated; Invalid, BadRequest ->
 //     InvalidArgument; Gone, Expired (410) -> OutOfRange; TooManyRequests -> ResourceExhausted;
-//     Timeout, ServerTimeout, InternalError, ServiceUnavailable -> Unavailable; MethodNotAllowed,
-//     NotAcceptable, UnsupportedMediaType -> Unimplemented/FailedPrecondition. Without a reason
+//     Timeout, ServerTimeout, InternalError, ServiceUnavailable -> Unavailable; MethodNotAllowed
+//     (the resource has no such verb) -> Unimplemented; NotAcceptable, UnsupportedMediaType,
+//     RequestEntityTooLarge -> FailedPrecondition. Without a reason
 //     (a body that is not a Status), the HTTP code decides, with 410 -> OutOfRange and 409 ->
 //     Aborted; the reason payload is then the HTTP status's name ("Gone").
 //   - The message is "<context>: <apiserver message> (<reason>, HTTP <code>)", the context naming
