@@ -7,10 +7,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "token_server.hpp"
+#include "wisp/fsutil/read_file.hpp"
 
 namespace wisp::sidecar {
 
@@ -38,10 +37,12 @@ absl::Status ReadyFile::Publish(std::chrono::system_clock::time_point expiry) co
 void ReadyFile::Clear() const { ::unlink(path_.c_str()); }
 
 absl::Status CheckReady(const std::string& path, std::chrono::system_clock::time_point now) {
-  std::ifstream in(path);
-  if (!in) return absl::FailedPreconditionError("no token yet (" + path + " does not exist)");
-  std::string text;
-  std::getline(in, text);
+  absl::StatusOr<std::string> read = fsutil::ReadTrimmedFile(path, 64);
+  if (absl::IsNotFound(read.status())) {
+    return absl::FailedPreconditionError("no token yet (" + path + " does not exist)");
+  }
+  if (!read.ok()) return absl::InvalidArgumentError(std::string(read.status().message()));
+  const std::string& text = *read;
   long long seconds = 0;
   size_t used = 0;
   try {

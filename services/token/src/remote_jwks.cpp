@@ -1,9 +1,6 @@
 #include "remote_jwks.hpp"
 
-#include <cctype>
-#include <fstream>
-#include <iterator>
-
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/http/url.hpp"
 #include "wisp/log/log.hpp"
 
@@ -63,17 +60,13 @@ absl::StatusOr<std::string> HttpsJwksFetcher::Fetch(const std::string& url) {
                               .total_timeout = options_.timeout,
                               .max_response_bytes = options_.max_bytes};
   if (!options_.bearer_token_file.empty()) {
-    std::ifstream in(options_.bearer_token_file);
-    std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
-      token.pop_back();
-    }
-    if (!in.good() && !in.eof()) token.clear();
-    if (token.empty()) {
+    absl::StatusOr<std::string> token =
+        fsutil::ReadTrimmedFile(options_.bearer_token_file, 64 << 10);
+    if (!token.ok() || token->empty()) {
       return absl::UnavailableError("JWKS " + url + ": no bearer token in " +
                                     options_.bearer_token_file);
     }
-    request.bearer_token = std::move(token);
+    request.bearer_token = *std::move(token);
   }
   WISP_ASSIGN_OR_RETURN(http::ClientResponse res, client_->Send(request));
   WISP_RETURN_IF_ERROR(http::StatusOf(res));
