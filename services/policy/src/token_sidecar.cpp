@@ -459,10 +459,12 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
              std::to_string(at), [&](k8s::JsonWriter& w) { WriteSidecar(w, sidecar, policy); });
   list.insert(list.begin() + static_cast<std::ptrdiff_t>(std::min(at, list.size())), nullptr);
 
-  // Volumes go first, as GCSFuse prepends its own; a user-defined volume of the same name wins.
+  // Volumes go last: every volume keeps the index it has in the pod as submitted, so a refusal
+  // by a validating webhook (wisp's rule f among them) names the user's own field. A
+  // user-defined volume of the same name wins.
   bool volumes_exist = pod.volumes_shape == Shape::kExpected;
   if (!pod.HasVolume(kTokenVolume)) {
-    AddElement(patch, "/spec/volumes", volumes_exist, "0", [&](k8s::JsonWriter& w) {
+    AddElement(patch, "/spec/volumes", volumes_exist, "-", [&](k8s::JsonWriter& w) {
       w.BeginObject().Key("name").String(kTokenVolume).Key("projected").BeginObject();
       w.Key("sources").BeginArray().BeginObject().Key("serviceAccountToken").BeginObject();
       if (!sidecar.audience.empty()) w.Key("audience").String(sidecar.audience);
@@ -473,7 +475,7 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
     volumes_exist = true;
   }
   if (!pod.HasVolume(kSocketVolume)) {
-    AddElement(patch, "/spec/volumes", volumes_exist, "0",
+    AddElement(patch, "/spec/volumes", volumes_exist, "-",
                [](k8s::JsonWriter& w) { w.Raw(Fragments().socket_volume); });
   }
 

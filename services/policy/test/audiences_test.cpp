@@ -17,6 +17,28 @@ std::string TokenPod(const std::string& audience, int64_t exp) {
          R"(,"path":"token"}}]}}]}})";
 }
 
+// Tests that a pod wisp mutated (the token sidecar: two volumes added) is refused naming the
+// field as the user wrote it: the validating webhook sees the mutated pod, and wisp's volumes go
+// after the user's, so spec.volumes[0] is still the user's first volume.
+TEST(PodTokenAudiencesTest, RefusalAfterTheSidecarNamesTheUsersIndex) {
+  Policy p;
+  p.audiences["ml"] = {"vault", "wisp"};
+  Json pod = Json::parse(TokenPod("s3", 3600));
+  pod["metadata"]["annotations"]["wisp.dev/token-sidecar"] = "true";
+  pod["spec"]["hostNetwork"] = true;  // the default policy's sidecars are for hostNetwork pods
+  AdmissionInput in = testing::Pod(pod.dump(), "ml");
+  Verdict mutated = EvaluateTokenSidecar(in, p);
+  ASSERT_TRUE(mutated.allowed) << mutated.message;
+  Json out = testing::Apply(in, mutated);
+  ASSERT_EQ(out["spec"]["volumes"].size(), 3u);
+  Verdict v = EvaluatePodTokenAudiences(testing::Pod(out.dump(), "ml"), p);
+  EXPECT_FALSE(v.allowed);
+  EXPECT_EQ(
+      v.message,
+      "spec.volumes[0].projected.sources[0].serviceAccountToken.audience: Forbidden: audience "
+      "\"s3\" is not allowed in namespace \"ml\" (allowed: \"vault\", \"wisp\")");
+}
+
 // Tests the namespace allow-list and the lifetime cap on every projected token source.
 TEST(PodTokenAudiencesTest, AllowListAndLifetime) {
   Policy p;

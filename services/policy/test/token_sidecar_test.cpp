@@ -55,11 +55,12 @@ TEST(TokenSidecarTest, InjectsIntoHostNetworkPodAndIsReinvocationSafe) {
     "volumeMounts":[{"name":"wisp-token-socket","mountPath":"/var/run/wisp"},
                     {"name":"wisp-sa-token","mountPath":"/var/run/wisp-sa-token","readOnly":true}]})");
   EXPECT_EQ(out["spec"]["initContainers"], Json::array({expected_sidecar}));
+  // The user's volume keeps index 0; wisp's follow it.
   EXPECT_EQ(out["spec"]["volumes"], Json::parse(R"([
-    {"name":"wisp-token-socket","emptyDir":{"medium":"Memory"}},
+    {"name":"data","csi":{"driver":"csi.wisp.dev","volumeAttributes":{"bucket":"b"}}},
     {"name":"wisp-sa-token","projected":{"sources":[{"serviceAccountToken":
       {"audience":"wisp","expirationSeconds":3600,"path":"token"}}]}},
-    {"name":"data","csi":{"driver":"csi.wisp.dev","volumeAttributes":{"bucket":"b"}}}])"));
+    {"name":"wisp-token-socket","emptyDir":{"medium":"Memory"}}])"));
   EXPECT_EQ(out["spec"]["containers"], Json::parse(R"([{"name":"main","image":"loader:1",
     "volumeMounts":[{"name":"data","mountPath":"/data"},{"name":"wisp-token-socket","mountPath":"/var/run/wisp"}],
     "env":[{"name":"WISP_TOKEN_URL","value":"unix:///var/run/wisp/token.sock"}]}])"));
@@ -306,7 +307,9 @@ TEST(TokenSidecarTest, AudienceFromIdentityProviderAndAllowList) {
   auto in = Pod(pod, "ml");
   Verdict v = EvaluateTokenSidecar(in, Policy{});
   Json out = Apply(in, v);
-  EXPECT_EQ(out["spec"]["volumes"][1]["projected"]["sources"][0]["serviceAccountToken"]["audience"],
+  // wisp's volumes go after the user's, who keep their indices.
+  EXPECT_EQ(out["spec"]["volumes"][0]["name"], "v");
+  EXPECT_EQ(out["spec"]["volumes"][2]["projected"]["sources"][0]["serviceAccountToken"]["audience"],
             "https://idp.example");
   EXPECT_EQ(out["spec"]["initContainers"].size(), 1u);  // one sidecar for both volumes
   EXPECT_EQ(out["spec"]["initContainers"][0]["args"][2], "--audience=https://idp.example");
@@ -414,7 +417,7 @@ TEST(TokenSidecarTest, PodShapes) {
     Json out = Apply(in, EvaluateTokenSidecar(in, Policy{}));
     EXPECT_EQ(out["spec"]["initContainers"][0]["name"], "wisp-sidecar");
     EXPECT_EQ(out["spec"]["volumes"].size(), 2u);
-    EXPECT_EQ(out["spec"]["volumes"][0]["name"], "wisp-token-socket");
+    EXPECT_EQ(out["spec"]["volumes"][1]["name"], "wisp-token-socket");
     EXPECT_FALSE(out["spec"].contains("containers"));
     EXPECT_TRUE(EvaluateTokenSidecar(Rerun(in, out), Policy{}).patch.empty());
   }
