@@ -1,9 +1,12 @@
 #include "wisp/policy/policy_service.hpp"
 
 #include <chrono>
+#include <optional>
 
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/k8s/json.hpp"
+#include "wisp/k8s/objects.hpp"
 #include "wisp/log/log.hpp"
 
 namespace wisp::policy {
@@ -20,7 +23,12 @@ PolicyMetrics::PolicyMetrics(prometheus::Registry& registry)
       record_writes(prometheus::BuildCounter()
                         .Name("wisp_policy_record_writes_total")
                         .Help("KV record writes by bucket and result (ok|error)")
-                        .Register(registry)) {}
+                        .Register(registry)),
+      committed_objects(prometheus::BuildCounter()
+                            .Name("wisp_policy_committed_objects_total")
+                            .Help("Committed objects received on wisp.v1.policy.record, by kind, "
+                                  "event and result (recorded|unchanged|refused|error)")
+                            .Register(registry)) {}
 
 void PolicyMetrics::Decision(const std::string& rule, const std::string& outcome) {
   std::string key;
@@ -58,9 +66,12 @@ absl::Status PolicyService::AddEndpoints(bus::Service& service, int loop_connect
   WISP_RETURN_IF_ERROR(service.AddEndpoint(
       "mutate", bus::subjects::kPolicyMutate, bus::queues::kPolicy,
       [this](const bus::Request& r) { return Mutate(r); }, options));
-  return service.AddEndpoint(
+  WISP_RETURN_IF_ERROR(service.AddEndpoint(
       "validate", bus::subjects::kPolicyValidate, bus::queues::kPolicy,
-      [this](const bus::Request& r) { return Validate(r); }, options);
+      [this](const bus::Request& r) { return Validate(r); }, options));
+  // Watch events are few next to admissions: the shared connection carries them.
+  return service.AddEndpoint("record", bus::subjects::kPolicyRecord, bus::queues::kPolicy,
+                             [this](const bus::Request& r) { return Record(r); });
 }
 
 bus::Reply PolicyService::Mutate(const bus::Request& request) { return Serve(request, true); }
@@ -71,10 +82,33 @@ bus::KeyValue* PolicyService::Bucket(std::string_view name) {
   return nullptr;
 }
 
-absl::Status PolicyService::Apply(const std::vector<KvWrite>& writes) {
+absl::StatusOr<int> PolicyService::Apply(const std::vector<KvWrite>& writes,
+                                         const std::string& uid) {
+  int changed = 0;
   for (const auto& w : writes) {
     bus::KeyValue* kv = Bucket(w.bucket);
     if (kv == nullptr) return absl::InternalError("no bucket " + w.bucket);
+    auto current = kv->Get(w.key);
+    if (!current.ok() && !absl::IsNotFound(current.status())) {
+      return absl::UnavailableError("reading " + w.bucket + "/" + w.key + ": " +
+                                    std::string(current.status().message()));
+    }
+    std::optional<v1::PopulationRecord> stored;
+    if (current.ok()) {
+      v1::PopulationRecord r;
+      if (r.ParseFromString(current->value)) stored = std::move(r);
+    }
+    if (w.erase) {
+      if (!current.ok()) continue;  // nothing to erase
+      // Another object of the same name (created after this one was deleted) owns the record.
+      if (stored && !stored->uid().empty() && !uid.empty() && stored->uid() != uid) continue;
+    } else if (stored) {
+      v1::PopulationRecord next;
+      if (next.ParseFromString(w.value)) {
+        next.set_admitted_unix(stored->admitted_unix());
+        if (next.SerializeAsString() == stored->SerializeAsString()) continue;  // unchanged
+      }
+    }
     absl::Status st = w.erase ? kv->Delete(w.key) : kv->Put(w.key, w.value).status();
     if (w.erase && absl::IsNotFound(st)) st = absl::OkStatus();
     metrics_.record_writes.Add({{"bucket", w.bucket}, {"result", st.ok() ? "ok" : "error"}})
@@ -83,26 +117,19 @@ absl::Status PolicyService::Apply(const std::vector<KvWrite>& writes) {
       return absl::UnavailableError("recording " + w.bucket + "/" + w.key + ": " +
                                     std::string(st.message()));
     }
+    ++changed;
   }
-  return absl::OkStatus();
+  return changed;
 }
 
-absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(v1::AdmissionCall call, bool mutate) {
-  std::shared_ptr<const Policy> policy;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    policy = policy_;
-  }
-  const int64_t now =
-      std::chrono::duration_cast<std::chrono::seconds>(clock_.Now().time_since_epoch()).count();
-  // A pod's tree is left unbuilt unless a rule needs it: the pod rules read its facts, and only
-  // the virt-launcher rule asks for the tree (see EvaluateMutate).
-  const bool dry_run = call.dry_run();
-  WISP_ASSIGN_OR_RETURN(
-      AdmissionInput in,
-      AdmissionInput::FromCall(std::move(call), now, AdmissionInput::PodTree::kDefer));
-  RecordLookup lookup = [this](std::string_view bucket,
-                               std::string_view key) -> absl::StatusOr<std::optional<std::string>> {
+std::shared_ptr<const Policy> PolicyService::CurrentPolicy() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return policy_;
+}
+
+RecordLookup PolicyService::Lookup() {
+  return [this](std::string_view bucket,
+                std::string_view key) -> absl::StatusOr<std::optional<std::string>> {
     bus::KeyValue* kv = Bucket(bucket);
     if (kv == nullptr) return absl::InternalError("no bucket " + std::string(bucket));
     auto entry = kv->Get(key);
@@ -110,12 +137,137 @@ absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(v1::AdmissionCall cal
     if (!entry.ok()) return entry.status();
     return std::optional<std::string>(entry->value);
   };
+}
+
+absl::StatusOr<v1::CommitResult> PolicyService::Sweep(const v1::CommittedObject& synced) {
+  static const auto logger = log::Get("policy");
+  WISP_ASSIGN_OR_RETURN(k8s::Json names, k8s::ParseJson(synced.object_json(), "object_json"));
+  if (!names.is_array()) {
+    return absl::InvalidArgumentError("object_json: SYNCED carries an array of names");
+  }
+  std::vector<std::string> live;
+  live.reserve(names.size());
+  for (const auto& n : names) {
+    if (!n.is_string()) {
+      return absl::InvalidArgumentError("object_json: SYNCED names must be strings");
+    }
+    live.push_back(n.get<std::string>());
+  }
+  auto keys = sources_.Keys();
+  if (!keys.ok()) {
+    return absl::UnavailableError("listing " + sources_.bucket() + ": " +
+                                  std::string(keys.status().message()));
+  }
+  WISP_ASSIGN_OR_RETURN(std::vector<std::string> stale,
+                        StaleRecordKeys(synced.kind(), live, *keys));
+  v1::CommitResult result;
+  for (const auto& key : stale) {
+    absl::Status st = sources_.Delete(key);
+    if (absl::IsNotFound(st)) continue;
+    metrics_.record_writes
+        .Add({{"bucket", sources_.bucket()}, {"result", st.ok() ? "ok" : "error"}})
+        .Increment();
+    if (!st.ok()) {
+      return absl::UnavailableError("deleting " + sources_.bucket() + "/" + key + ": " +
+                                    std::string(st.message()));
+    }
+    SPDLOG_LOGGER_INFO(logger, "record {} deleted: its {} no longer exists", key,
+                       synced.kind().kind());
+    result.set_writes(result.writes() + 1);
+  }
+  return result;
+}
+
+absl::StatusOr<v1::CommitResult> PolicyService::Commit(const v1::CommittedObject& object) {
+  static const auto logger = log::Get("policy");
+  std::shared_ptr<const Policy> policy = CurrentPolicy();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(clock_.Now().time_since_epoch()).count();
+  auto counted = [&](std::string_view result) {
+    metrics_.committed_objects
+        .Add({{"kind", object.kind().kind()},
+              {"event", object.event()},
+              {"result", std::string(result)}})
+        .Increment();
+  };
+  if (object.event() == "SYNCED") {
+    auto deleted = Sweep(object);
+    counted(deleted.ok() ? (deleted->writes() > 0 ? "recorded" : "unchanged") : "error");
+    return deleted;
+  }
+  auto outcome = EvaluateCommitted(object, *policy, Lookup(), now);
+  if (!outcome.ok()) {
+    counted("error");
+    return outcome.status();
+  }
+  for (const auto& [rule, result] : outcome->rule_outcomes) metrics_.Decision(rule, result);
+  if (!outcome->error.ok()) {
+    counted("error");
+    return absl::UnavailableError(std::string(outcome->error.message()));
+  }
+  // The uid of the object the event is about (DELETED: its last state).
+  std::string uid;
+  if (auto parsed = k8s::ParseJson(object.object_json(), "object_json"); parsed.ok()) {
+    uid = k8s::GetString(*parsed, {"metadata", "uid"});
+  }
+  auto changed = Apply(outcome->writes, uid);
+  if (!changed.ok()) {
+    counted("error");
+    return changed.status();
+  }
+  v1::CommitResult result;
+  result.set_writes(*changed);
+  if (!outcome->refused.empty()) {
+    result.set_refused(outcome->refused);
+    counted("refused");
+    SPDLOG_LOGGER_WARN(logger, "stored {} {}/{} is refused by the rules, its record is gone: {}",
+                       object.kind().kind(), object.namespace_(), object.name(), outcome->refused);
+  } else {
+    counted(*changed > 0 ? "recorded" : "unchanged");
+  }
+  return result;
+}
+
+absl::StatusOr<v1::AdmissionVerdict> PolicyService::Decide(v1::AdmissionCall call, bool mutate) {
+  std::shared_ptr<const Policy> policy = CurrentPolicy();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(clock_.Now().time_since_epoch()).count();
+  // A pod's tree is left unbuilt unless a rule needs it: the pod rules read its facts, and only
+  // the virt-launcher rule asks for the tree (see EvaluateMutate).
+  WISP_ASSIGN_OR_RETURN(
+      AdmissionInput in,
+      AdmissionInput::FromCall(std::move(call), now, AdmissionInput::PodTree::kDefer));
+  RecordLookup lookup = Lookup();
   Verdict verdict = mutate ? EvaluateMutate(std::move(in), *policy, lookup)
                            : EvaluateValidate(in, *policy, lookup);
   for (const auto& [rule, outcome] : verdict.rule_outcomes) metrics_.Decision(rule, outcome);
   if (!verdict.error.ok()) return absl::UnavailableError(std::string(verdict.error.message()));
-  if (verdict.allowed && !dry_run) WISP_RETURN_IF_ERROR(Apply(verdict.writes));
+  // Nothing is recorded here: the apiserver may still refuse what the rules allowed. Records
+  // follow the committed object (Commit).
   return ToProto(verdict);
+}
+
+bus::Reply PolicyService::Record(const bus::Request& request) {
+  static const auto logger = log::Get("policy");
+  auto object = bus::ParseBody<v1::CommittedObject>(request);
+  if (!object.ok()) {
+    metrics_.invalid_requests.Add({{"endpoint", "record"}}).Increment();
+    return bus::Reply::Error(object.status());
+  }
+  auto result = Commit(*object);
+  if (!result.ok()) {
+    if (absl::IsInvalidArgument(result.status())) {
+      metrics_.invalid_requests.Add({{"endpoint", "record"}}).Increment();
+    }
+    SPDLOG_LOGGER_WARN(logger, "record {} {} {}/{}: {}", object->event(), object->kind().kind(),
+                       object->namespace_(), object->name(),
+                       std::string(result.status().message()));
+    return bus::Reply::Error(result.status());
+  }
+  SPDLOG_LOGGER_DEBUG(logger, "record {} {} {}/{}: {} write(s)", object->event(),
+                      object->kind().kind(), object->namespace_(), object->name(),
+                      result->writes());
+  return bus::ProtoReply(*result);
 }
 
 bus::Reply PolicyService::Serve(const bus::Request& request, bool mutate) {

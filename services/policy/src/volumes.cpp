@@ -1,5 +1,6 @@
 // Rules d and e: CDI DataVolumes, PersistentVolumeClaims with dataSourceRef, and wisp.dev
-// VolumeImportSources. Allowed CREATEs record what to populate in wisp_sources.
+// VolumeImportSources. Their writes say what to populate (wisp_sources); PolicyService applies them
+// for committed objects only (EvaluateCommitted), never at admission.
 #include <optional>
 #include <set>
 
@@ -191,9 +192,10 @@ Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy,
   if (op == "UPDATE") {
     if (auto denied = SpecChanged(in, *spec)) return Deny(kRule, {*denied}, 422, "Invalid");
   }
-  if (op == "CREATE" && lookup) {
-    // CDI looks the target PVC up before validating the spec; wisp has no API client, so "exists"
-    // means "a PVC of that name was admitted through wisp's webhook and not deleted since".
+  if (op == "CREATE" && lookup && !in.committed) {
+    // CDI looks the target PVC up before validating the spec. wisp's PVC records follow the
+    // PVCs the apiserver stored (the gateway watches them), so "exists" means what it says.
+    // A committed DataVolume owns its PVC by then: the check is admission's alone.
     std::optional<Verdict> pvc_check = DestinationPvcCheck(in, lookup);
     if (pvc_check) return *std::move(pvc_check);
   }
@@ -396,7 +398,7 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
   static const Json kEmpty = Json::object();
   const Json* spec = k8s::Find(in.object, {"spec"});
   if (spec == nullptr) spec = &kEmpty;
-  // Every admitted PVC is recorded (without a source unless it references a wisp
+  // Every committed PVC is recorded (without a source unless it references a wisp
   // VolumeImportSource), so a later DataVolume of the same name meets CDI's "Destination PVC
   // already exists" check. A record without source or dataSourceRef is ignored by the populator.
   v1::PopulationRecord record;
@@ -442,11 +444,19 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
     return v;
   }
   if (!raw->has_value()) {
-    return Deny(
-        kRule,
-        {fld + ".name: Not found: " + k8s::Quote(name) +
-         ": no VolumeImportSource of that name was admitted in namespace " + k8s::Quote(ns)},
-        422, "Invalid");
+    // As Kubernetes does (KEP 1495): a PVC may name its data source before the source exists;
+    // the populator waits for it. The record keeps the reference alone; wisp-populator resolves
+    // the source when the volume is created.
+    record.set_data_source_ref(RefKey(*ref));
+    std::vector<std::string> causes;
+    FillTarget(*spec, &record, causes, "spec");
+    if (!causes.empty()) return Deny(kRule, causes, 422, "Invalid");
+    Verdict v = Record(kRule, in, record);
+    if (!in.committed) {
+      v.warnings.push_back("wisp: VolumeImportSource " + ns + "/" + name +
+                           " does not exist yet; the volume is populated once it does");
+    }
+    return v;
   }
   v1::PopulationRecord source;
   if (!source.ParseFromString(**raw)) {

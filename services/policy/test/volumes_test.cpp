@@ -229,8 +229,8 @@ Json ImportPvc(const std::string& ref_extra = "") {
                      ref_extra + R"(}}})");
 }
 
-// Tests PVC dataSourceRef rules: cross-namespace denied, an unadmitted source denied by name, an
-// admitted one recorded with its spec.
+// Tests PVC dataSourceRef rules: cross-namespace denied, a source not stored yet allowed with a
+// warning and recorded by reference, a stored one recorded with its spec.
 TEST(PvcSourcesTest, ChecksReferencesAndRecords) {
   std::map<std::string, std::string> store;
   RecordLookup lookup = [&](std::string_view bucket,
@@ -247,11 +247,21 @@ TEST(PvcSourcesTest, ChecksReferencesAndRecords) {
   EXPECT_EQ(cross.message,
             "spec.dataSourceRef.namespace: Invalid value: DataSourceRef namespace not supported");
 
+  // A source that does not exist yet: allowed (Kubernetes lets a PVC name its data source
+  // first), with a warning at admission; the record keeps the reference for the populator.
   Verdict missing = EvaluatePvc(pvc(ImportPvc()), Policy{}, lookup);
-  EXPECT_FALSE(missing.allowed);
-  EXPECT_EQ(missing.message,
-            "spec.dataSourceRef.name: Not found: \"golden\": no "
-            "VolumeImportSource of that name was admitted in namespace \"vms\"");
+  ASSERT_TRUE(missing.allowed) << missing.message;
+  EXPECT_EQ(missing.warnings,
+            std::vector<std::string>{"wisp: VolumeImportSource vms/golden does not exist yet; the "
+                                     "volume is populated once it does"});
+  ASSERT_EQ(missing.writes.size(), 1u);
+  v1::PopulationRecord ref_only;
+  ASSERT_TRUE(ref_only.ParseFromString(missing.writes[0].value));
+  EXPECT_EQ(ref_only.data_source_ref(), "wisp.dev/VolumeImportSource/golden");
+  EXPECT_FALSE(ref_only.has_source());
+  AdmissionInput committed = pvc(ImportPvc());
+  committed.committed = true;
+  EXPECT_TRUE(EvaluatePvc(committed, Policy{}, lookup).warnings.empty());
 
   Verdict vis = EvaluateVolumeImportSource(
       Input("wisp.dev", "VolumeImportSource", "CREATE", GoldenVis().dump(), "vms"), Policy{});

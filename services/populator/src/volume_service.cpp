@@ -144,6 +144,30 @@ absl::StatusOr<v1::VolumeSpec> VolumeService::ResolveSpec(v1::VolumeSpec spec) {
         if (!record.ParseFromString(entry->value)) {
           return absl::DataLossError("wisp_sources record " + key + " does not parse");
         }
+        constexpr std::string_view kWispImportSource = "wisp.dev/VolumeImportSource/";
+        if (record.source().kind_case() == v1::PopulationSource::KIND_NOT_SET &&
+            record.data_source_ref().rfind(kWispImportSource, 0) == 0) {
+          // The PVC was stored before the VolumeImportSource it names (KEP 1495 allows it):
+          // the source is the VolumeImportSource's own record, once it exists.
+          const std::string vis = record.data_source_ref().substr(kWispImportSource.size());
+          const std::string vis_key = spec.pvc_namespace() + ".VolumeImportSource." + vis;
+          auto vis_entry = sources_.Get(vis_key);
+          if (absl::IsNotFound(vis_entry.status())) {
+            return absl::UnavailableError("VolumeImportSource " + spec.pvc_namespace() + "/" + vis +
+                                          ", named by PVC " + spec.pvc_namespace() + "/" +
+                                          spec.pvc_name() + ", does not exist yet; retry");
+          }
+          if (!vis_entry.ok()) {
+            return absl::UnavailableError("reading wisp_sources " + vis_key + ": " +
+                                          std::string(vis_entry.status().message()));
+          }
+          v1::PopulationRecord vis_record;
+          if (!vis_record.ParseFromString(vis_entry->value)) {
+            return absl::DataLossError("wisp_sources record " + vis_key + " does not parse");
+          }
+          *record.mutable_source() = vis_record.source();
+          key = vis_key;
+        }
         if (record.source().kind_case() != v1::PopulationSource::KIND_NOT_SET) {
           *source = record.source();
           origin = "wisp_sources " + key;

@@ -154,8 +154,8 @@ TEST_F(VolumeServiceTest, RejectsBadParameters) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
 }
 
-// Tests that a PVC without an admission record is retryable and uses the record once it exists.
-TEST_F(VolumeServiceTest, LooksUpAdmissionRecords) {
+// Tests that a PVC without a record is retryable and uses the record once it exists.
+TEST_F(VolumeServiceTest, LooksUpRecords) {
   auto spec = Spec("pvc-rec", {{kParamPvcName, "disk"}, {kParamPvcNamespace, "vms"}});
   auto st = Create(spec).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
@@ -170,6 +170,36 @@ TEST_F(VolumeServiceTest, LooksUpAdmissionRecords) {
   ASSERT_TRUE(created.ok()) << created.status();
   EXPECT_EQ(created->spec().source().http().url(), server_.Url("/disk.raw"));
   EXPECT_EQ(created->spec().pvc_namespace(), "vms");
+  ASSERT_TRUE(RunJob());
+  EXPECT_EQ(Get(created->volume_id()).phase(), v1::SUCCEEDED);
+}
+
+// Tests a PVC stored before the VolumeImportSource it names (Kubernetes allows it): its record
+// holds the reference alone; CreateVolume is retryable until the source's record exists, then
+// imports from it.
+TEST_F(VolumeServiceTest, WaitsForTheVolumeImportSourceAPvcNames) {
+  v1::PopulationRecord pvc;
+  pvc.set_namespace_("vms");
+  pvc.set_kind("PersistentVolumeClaim");
+  pvc.set_name("vm-disk");
+  pvc.set_data_source_ref("wisp.dev/VolumeImportSource/golden");
+  ASSERT_TRUE(sources_->Put("vms.PersistentVolumeClaim.vm-disk", pvc.SerializeAsString()).ok());
+  auto spec = Spec("pvc-vis", {{kParamPvcName, "vm-disk"}, {kParamPvcNamespace, "vms"}});
+  auto st = Create(spec).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("VolumeImportSource vms/golden"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("does not exist yet"), std::string::npos) << st;
+  EXPECT_EQ(bus_.StreamSize(bus::streams::kPopulateJobs), 0u);
+  v1::PopulationRecord vis;
+  vis.set_namespace_("vms");
+  vis.set_kind("VolumeImportSource");
+  vis.set_name("golden");
+  vis.mutable_source()->mutable_http()->set_url(server_.Url("/disk.raw"));
+  ASSERT_TRUE(sources_->Put("vms.VolumeImportSource.golden", vis.SerializeAsString()).ok());
+  auto created = Create(spec);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->spec().source().http().url(), server_.Url("/disk.raw"));
+  EXPECT_FALSE(created->spec().external_population());
   ASSERT_TRUE(RunJob());
   EXPECT_EQ(Get(created->volume_id()).phase(), v1::SUCCEEDED);
 }

@@ -18,6 +18,8 @@ namespace subjects {
 // wisp-policy: AdmissionCall -> AdmissionVerdict
 inline constexpr std::string_view kPolicyMutate = "wisp.v1.policy.mutate";
 inline constexpr std::string_view kPolicyValidate = "wisp.v1.policy.validate";
+// wisp-policy: CommittedObject -> CommitResult (records follow what the apiserver stored)
+inline constexpr std::string_view kPolicyRecord = "wisp.v1.policy.record";
 // wisp-token
 inline constexpr std::string_view kTokenIssue =
     "wisp.v1.token.issue";  // IssueRequest -> IssueResponse

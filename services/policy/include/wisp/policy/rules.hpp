@@ -2,10 +2,11 @@
 // wisp-policy's admission rules as pure functions: (object, policy) -> Verdict.
 //
 // Contract:
-//   - No rule does I/O. Rules that need remembered state (an admitted VolumeImportSource, a PVC's
-//     name) read it through a RecordLookup; rules that remember something return KvWrite entries,
-//     which PolicyService applies unless the request is a dry run. The VM token rules remember
-//     nothing: what the launcher pod needs travels on the objects themselves (the VMI's
+//   - No rule does I/O. Rules that need remembered state (a stored VolumeImportSource, a PVC's
+//     name) read it through a RecordLookup; rules that remember something return KvWrite entries.
+//     Only EvaluateCommitted's writes are applied: records follow what the apiserver stored, never
+//     an admission (a later admission plugin or storage may still refuse it). The VM token rules
+//     remember nothing: what the launcher pod needs travels on the objects themselves (the VMI's
 //     wisp.dev/token.* annotations, which virt-controller copies onto the pod).
 //   - A mutating rule returns the patch as RFC 6902 JSON text (the token-sidecar rule writes it
 //     from the pod's facts; the VMI and virt-launcher rules dump a k8s::Diff and also return the
@@ -118,6 +119,9 @@ struct AdmissionInput {
   std::optional<PodFacts> pod;   // a Pod's facts (for kind Pod with an object)
   bool object_deferred = false;  // `object` is still to be parsed from call.object_json()
   int64_t now_unix = 0;
+  // The object is one the apiserver stored (EvaluateCommitted), not one under admission: checks
+  // of what else exists (CDI's destination-PVC check) are admission's, and do not run.
+  bool committed = false;
 
   // Reads the call's object JSON; InvalidArgument naming object_json/old_object_json. The whole
   // text is validated either way.
@@ -151,8 +155,8 @@ Verdict EvaluateVmiTokenAnnotations(const AdmissionInput& in, const Policy& poli
 // controller's VEP 94 container rewritten to serve it (mutating). A pod it cannot serve as asked
 // is refused with the reason.
 Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy);
-// d. CDI DataVolumes (validating; records the population spec on CREATE). `lookup` finds the PVC
-// records of rule e for CDI's destination-PVC check; without one the check is skipped.
+// d. CDI DataVolumes (validating; records the population spec). `lookup` finds the PVC records of
+// rule e for CDI's destination-PVC check (admission only); without one the check is skipped.
 Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy,
                            const RecordLookup& lookup = RecordLookup());
 // e. PersistentVolumeClaims and wisp.dev/v1alpha1 VolumeImportSources (validating; records).
@@ -173,5 +177,29 @@ Verdict EvaluateValidate(const AdmissionInput& in, const Policy& policy,
 
 // Verdict -> the bus reply body.
 v1::AdmissionVerdict ToProto(const Verdict& verdict);
+
+// The records a committed object leaves (CommittedObject in admission.proto): the validating
+// rules run on the object as stored (ADDED and MODIFIED as a CREATE, DELETED as a DELETE, with
+// AdmissionInput::committed set), and their writes are what to apply. An object the rules refuse
+// as stored gets its record deleted instead (writes = that erase), and `refused` says why. `error`
+// as in Verdict (a lookup failed: try again). InvalidArgument for an unknown event or an object
+// that does not parse.
+struct CommitOutcome {
+  std::vector<KvWrite> writes;
+  std::string refused;
+  std::map<std::string, std::string> rule_outcomes;
+  absl::Status error = absl::OkStatus();
+};
+// SYNCED (CommittedObject): the keys among `keys` (of wisp_sources) that are records of `kind`
+// and name none of `live` ("<namespace>/<name>"). InvalidArgument when `kind` keeps no records.
+absl::StatusOr<std::vector<std::string>> StaleRecordKeys(const v1::GroupVersionKind& kind,
+                                                         const std::vector<std::string>& live,
+                                                         const std::vector<std::string>& keys);
+// Whether wisp keeps records of this kind (PersistentVolumeClaim, cdi.kubevirt.io/DataVolume,
+// wisp.dev/VolumeImportSource): the kinds EvaluateCommitted takes and the gateway watches.
+bool KeepsRecords(std::string_view group, std::string_view kind);
+absl::StatusOr<CommitOutcome> EvaluateCommitted(const v1::CommittedObject& object,
+                                                const Policy& policy, const RecordLookup& lookup,
+                                                int64_t now_unix);
 
 }  // namespace wisp::policy
