@@ -5,12 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include "admission/admission_handler.hpp"
+#include "cluster/committed_objects.hpp"
 #include "csi/csi_server.hpp"
 #include "oidc/oidc_routes.hpp"
 #include "upload/upload_handler.hpp"
 #include "wisp/bus/loop_requester.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/fsutil/mounter.hpp"
+#include "wisp/kube/config.hpp"
 #include "wisp/log/log.hpp"
 #include "wisp/status/clock.hpp"
 
@@ -26,6 +28,9 @@ struct Gateway::Parts {
   std::unique_ptr<csi::CsiServer> csi;
   std::unique_ptr<upload::KeyCacheVerifier> upload_verifier;
   std::unique_ptr<upload::UploadHandler> upload;
+  // The watch of the apiserver (--in-cluster / --kubeconfig).
+  kube::ClientPtr kube;
+  std::unique_ptr<cluster::CommittedObjects> committed;
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
@@ -116,6 +121,19 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
                "wisp-token as proof of the pod's identity when it asks for the pod's tokens; "
                "wisp-token requires it with its policy's issue.requirePodProof. Must equal that "
                "policy's issue.podProofAudience. Empty = never forward one.");
+  flags.Bool("in-cluster", &s.in_cluster,
+             "Watch the Kubernetes API with this pod's service account (its token, re-read as "
+             "the kubelet rotates it, and ca.crt under /var/run/secrets/kubernetes.io/"
+             "serviceaccount; KUBERNETES_SERVICE_HOST/PORT). The gateway then sends every stored "
+             "PersistentVolumeClaim, DataVolume and VolumeImportSource to wisp-policy, whose "
+             "records follow what the apiserver committed. Needs list and watch on those "
+             "(the chart's ClusterRole). Run it in one gateway Deployment, not on every node.");
+  flags.String("kubeconfig", &s.kubeconfig,
+               "Watch the Kubernetes API as this kubeconfig says (out of cluster; see "
+               "--in-cluster). Empty with --in-cluster unset: no watch, records come only from "
+               "`wispctl admit` (the local stack).");
+  flags.String("kube-context", &s.kube_context,
+               "The --kubeconfig context to use (default: its current-context).");
 }
 
 absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
@@ -137,6 +155,13 @@ absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
     WISP_RETURN_IF_ERROR(http::ParseHostPort("listen-address", s.listen_address).status());
   }
   if (s.node_name.empty()) return absl::InvalidArgumentError("node-name: required");
+  if (s.in_cluster && !s.kubeconfig.empty()) {
+    return absl::InvalidArgumentError(
+        "kubeconfig: set together with --in-cluster; the gateway watches one cluster, choose one");
+  }
+  if (!s.kube_context.empty() && s.kubeconfig.empty()) {
+    return absl::InvalidArgumentError("kube-context: needs --kubeconfig");
+  }
   if (!s.csi_endpoint.empty() && s.csi_endpoint.rfind("unix://", 0) != 0) {
     return absl::InvalidArgumentError("csi-endpoint: \"" + s.csi_endpoint +
                                       "\" must be unix:///path");
@@ -228,6 +253,19 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
     SPDLOG_LOGGER_INFO(logger, "serving CSI ({}) on {}", settings.csi_role, settings.csi_endpoint);
   }
 
+  if (settings.in_cluster || !settings.kubeconfig.empty()) {
+    WISP_ASSIGN_OR_RETURN(kube::Config config,
+                          settings.in_cluster
+                              ? kube::LoadInCluster()
+                              : kube::LoadKubeconfig(settings.kubeconfig, settings.kube_context));
+    WISP_ASSIGN_OR_RETURN(gw->parts_->kube, kube::NewClient(config));
+    gw->parts_->committed = std::make_unique<cluster::CommittedObjects>(
+        *gw->parts_->kube, process.bus(), process.registry(), cluster::CommittedObjectsOptions{});
+    gw->parts_->committed->Start();
+    SPDLOG_LOGGER_INFO(logger, "watching {} ({}) for the objects wisp keeps records of",
+                       config.server, config.origin);
+  }
+
   if (gw->https_) {
     WISP_RETURN_IF_ERROR(gw->https_->Start());
     SPDLOG_LOGGER_INFO(logger, "serving HTTPS on {}", settings.listen_address);
@@ -240,6 +278,7 @@ Gateway::~Gateway() { Stop(); }
 uint16_t Gateway::https_port() const { return https_ ? https_->port() : 0; }
 
 void Gateway::Stop() {
+  if (parts_ && parts_->committed) parts_->committed->Stop();
   if (https_) {
     https_->Stop();  // in-flight admissions are answered over their loop connections
     // The loop connections live on the server's io_contexts: close them before those go.

@@ -2,7 +2,9 @@
 // wisp-gateway: the only door between Kubernetes and wisp. One HTTPS server carries admission
 // (/mutate, /validate), OIDC discovery (/.well-known/openid-configuration, /openid/v1/jwks), STS
 // (/v1/token) and uploads (/v1/upload/<volume>); one unix socket carries CSI. Everything behind
-// them is a bus request to wisp-policy, wisp-token or wisp-populator.
+// them is a bus request to wisp-policy, wisp-token or wisp-populator. With --in-cluster or
+// --kubeconfig it also opens the third door, a watch of the apiserver whose stored objects become
+// bus requests (cluster/committed_objects.hpp).
 //
 // Gateway owns the servers and the parts; main.cpp only parses GatewaySettings and runs it.
 #include <chrono>
@@ -42,6 +44,11 @@ struct GatewaySettings {
   std::chrono::milliseconds projection_purge_age = std::chrono::minutes(10);
   // Proof of pod identity forwarded on wisp.v1.token.issue (docs/security.md, G3)
   std::string pod_proof_audience = "wisp";
+  // The Kubernetes API (cluster/committed_objects.hpp): watched with the pod's service account
+  // (in_cluster) or a kubeconfig; neither = no watch (the local stack, compose).
+  bool in_cluster = false;
+  std::string kubeconfig;
+  std::string kube_context;
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& settings);
