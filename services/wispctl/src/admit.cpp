@@ -1,7 +1,9 @@
 #include "admit.hpp"
 
 #include <iostream>
+#include <array>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
@@ -92,12 +94,32 @@ std::string Version(const std::string& api_version) {
   return slash == std::string::npos ? api_version : api_version.substr(slash + 1);
 }
 
+// A random RFC 4122 version 4 UUID, as the apiserver gives every stored object.
+std::string NewUid() {
+  std::random_device rd;
+  std::array<uint8_t, 16> b{};
+  for (auto& x : b) x = static_cast<uint8_t>(rd());
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out.push_back('-');
+    out.push_back(kHex[b[i] >> 4]);
+    out.push_back(kHex[b[i] & 0xf]);
+  }
+  return out;
+}
+
 constexpr const char* kAdmitHelp =
     "Runs each document of FILE through wisp's admission rules and prints the verdict, the "
     "warnings, the RFC 6902 patch and the mutated object as YAML. Without --bus the rules run "
-    "locally from --policy-file; with --bus they run in wisp-policy over NATS (records are "
-    "written there unless --dry-run). Exit status: 0 every document allowed, 1 a document was "
-    "denied or failed, 2 bad usage.";
+    "locally from --policy-file; with --bus they run in wisp-policy over NATS. wispctl stands in "
+    "for the apiserver: unless --dry-run, each allowed PersistentVolumeClaim, DataVolume or "
+    "VolumeImportSource is then committed (wisp.v1.policy.record with --bus, as the gateway's "
+    "watch reports a stored object; an in-memory store for this run without), so later "
+    "documents see it. Exit status: 0 every document allowed, 1 a document was denied or "
+    "failed, 2 bad usage.";
 
 }  // namespace
 
@@ -127,7 +149,7 @@ std::string ToYaml(const Json& value) {
 }
 
 AdmitResult AdmitManifests(const std::vector<Json>& manifests, const AdmitOptions& options,
-                           const Decider& decide) {
+                           const Decider& decide, const Committer& commit) {
   AdmitResult result;
   std::ostringstream out;
   for (size_t i = 0; i < manifests.size(); ++i) {
@@ -194,6 +216,29 @@ AdmitResult AdmitManifests(const std::vector<Json>& manifests, const AdmitOption
       return verdict->allowed();
     };
     if (run(true) && options.validate) run(false);
+    if (allowed && commit && !options.dry_run && policy::KeepsRecords(call.kind().group(), kind)) {
+      // Stored as the apiserver would: a uid and the namespace in metadata.
+      Json stored = object;
+      if (k8s::GetString(stored, {"metadata", "uid"}).empty()) {
+        stored["metadata"]["uid"] = NewUid();
+      }
+      stored["metadata"]["namespace"] = ns;
+      v1::CommittedObject committed;
+      committed.set_event(options.operation == "UPDATE" ? "MODIFIED" : "ADDED");
+      *committed.mutable_kind() = call.kind();
+      committed.set_namespace_(ns);
+      committed.set_name(name);
+      committed.set_object_json(stored.dump());
+      auto result = commit(committed);
+      if (!result.ok()) {
+        report["commit"] = {{"error", std::string(result.status().message())}};
+        allowed = false;
+      } else if (!result->refused().empty()) {
+        report["commit"] = {{"refused", result->refused()}};
+      } else {
+        report["commit"] = {{"recordWrites", result->writes()}};
+      }
+    }
     report["allowed"] = allowed;
     if (!warnings.empty()) report["warnings"] = warnings;
     if (!audit.empty()) report["auditAnnotations"] = audit;
@@ -262,11 +307,17 @@ int RunAdmit(const std::vector<std::string>& args) {
       std::cerr << "wispctl admit: " << bus.status().message() << "\n";
       return 1;
     }
-    result = AdmitManifests(*manifests, options, [&](const v1::AdmissionCall& call, bool mutate) {
-      return bus::Call<v1::AdmissionVerdict>(
-          **bus, mutate ? bus::subjects::kPolicyMutate : bus::subjects::kPolicyValidate, call,
-          connection.timeout);
-    });
+    result = AdmitManifests(
+        *manifests, options,
+        [&](const v1::AdmissionCall& call, bool mutate) {
+          return bus::Call<v1::AdmissionVerdict>(
+              **bus, mutate ? bus::subjects::kPolicyMutate : bus::subjects::kPolicyValidate, call,
+              connection.timeout);
+        },
+        [&](const v1::CommittedObject& object) {
+          return bus::Call<v1::CommitResult>(**bus, bus::subjects::kPolicyRecord, object,
+                                             connection.timeout);
+        });
   } else {
     auto policy =
         policy_file.empty() ? policy::ParsePolicyYaml("") : policy::LoadPolicyFile(policy_file);
@@ -276,32 +327,39 @@ int RunAdmit(const std::vector<std::string>& args) {
     }
     // Records live only for this run, so later documents see earlier ones.
     std::map<std::string, std::string> records;
+    policy::RecordLookup lookup =
+        [&](std::string_view bucket,
+            std::string_view key) -> absl::StatusOr<std::optional<std::string>> {
+      auto it = records.find(std::string(bucket) + "/" + std::string(key));
+      if (it == records.end()) return std::optional<std::string>();
+      return std::optional(it->second);
+    };
     auto decide = [&](const v1::AdmissionCall& call,
                       bool mutate) -> absl::StatusOr<v1::AdmissionVerdict> {
       WISP_ASSIGN_OR_RETURN(policy::AdmissionInput in, policy::AdmissionInput::FromCall(call));
-      policy::RecordLookup lookup =
-          [&](std::string_view bucket,
-              std::string_view key) -> absl::StatusOr<std::optional<std::string>> {
-        auto it = records.find(std::string(bucket) + "/" + std::string(key));
-        if (it == records.end()) return std::optional<std::string>();
-        return std::optional(it->second);
-      };
       policy::Verdict v = mutate ? policy::EvaluateMutate(in, *policy, lookup)
                                  : policy::EvaluateValidate(in, *policy, lookup);
       if (!v.error.ok()) return v.error;
-      if (v.allowed && !call.dry_run()) {
-        for (const auto& w : v.writes) {
-          const std::string k = w.bucket + "/" + w.key;
-          if (w.erase) {
-            records.erase(k);
-          } else {
-            records[k] = w.value;
-          }
-        }
-      }
       return policy::ToProto(v);
     };
-    result = AdmitManifests(*manifests, options, decide);
+    auto commit = [&](const v1::CommittedObject& object) -> absl::StatusOr<v1::CommitResult> {
+      WISP_ASSIGN_OR_RETURN(policy::CommitOutcome outcome,
+                            policy::EvaluateCommitted(object, *policy, lookup, 0));
+      if (!outcome.error.ok()) return outcome.error;
+      v1::CommitResult result;
+      result.set_refused(outcome.refused);
+      for (const auto& w : outcome.writes) {
+        const std::string k = w.bucket + "/" + w.key;
+        if (w.erase) {
+          records.erase(k);
+        } else {
+          records[k] = w.value;
+        }
+        result.set_writes(result.writes() + 1);
+      }
+      return result;
+    };
+    result = AdmitManifests(*manifests, options, decide, commit);
   }
   std::cout << result.output;
   return result.all_allowed ? 0 : 1;

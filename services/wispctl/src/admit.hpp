@@ -11,6 +11,10 @@
 //     same AdmissionCall goes to wisp.v1.policy.* over NATS.
 //   - The mutating rules always run; --validate also runs the validating rules on the mutated
 //     object, as kube-apiserver does.
+//   - wispctl stands in for the apiserver: an allowed document (not --dry-run) of a kind wisp keeps
+//     records of (PVC, DataVolume, VolumeImportSource) is then committed, as the gateway's watch
+//     reports a stored object (wisp.v1.policy.record with --bus; the in-memory store without), so
+//     later documents see it (a PVC, then a DataVolume of its name).
 //   - Output (YAML): per document a verdict (allowed, code, message, warnings, audit annotations,
 //     the RFC 6902 patch) followed by the mutated object. Exit 0 when every document is allowed, 1
 //     when one is denied or fails, 2 for bad usage or an unreadable file.
@@ -45,12 +49,15 @@ struct AdmitOptions {
 using Decider =
     std::function<absl::StatusOr<v1::AdmissionVerdict>(const v1::AdmissionCall&, bool mutate)>;
 
+// The mutated object of an allowed document, stored: (event ADDED|MODIFIED) -> CommitResult.
+using Committer = std::function<absl::StatusOr<v1::CommitResult>(const v1::CommittedObject&)>;
+
 struct AdmitResult {
   std::string output;  // YAML
   bool all_allowed = true;
 };
 
 AdmitResult AdmitManifests(const std::vector<k8s::Json>& manifests, const AdmitOptions& options,
-                           const Decider& decide);
+                           const Decider& decide, const Committer& commit = nullptr);
 
 }  // namespace wisp::wispctl
