@@ -40,7 +40,6 @@
 namespace wisp::integration {
 namespace {
 
-namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Json = nlohmann::json;
 
@@ -91,96 +90,6 @@ const Json* FindByName(const Json& list, const std::string& name) {
 }
 
 // ---- set-up ---------------------------------------------------------------------------------
-
-absl::Status InstallCrds() {
-  std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(SourceDir() + "/integration/k8s/crds")) {
-    const std::string p = e.path().string();
-    // The VEP 94 CRD stands for a patched KubeVirt; the e2e cluster runs the released one.
-    if (e.path().extension() == ".yaml" && p.find("VEP94") == std::string::npos) files.push_back(p);
-  }
-  for (const auto& e : fs::directory_iterator(SourceDir() + "/deploy/helm/wisp/crds")) {
-    files.push_back(e.path().string());
-  }
-  for (const auto& f : files) {
-    // create, not apply: the VMI CRD is larger than apply's last-applied annotation allows.
-    CommandResult r = g_kube->Kubectl({"create", "-f", f});
-    if (r.exit_code != 0 && r.output.find("AlreadyExists") == std::string::npos) {
-      return absl::InternalError("installing " + f + ": " + r.output);
-    }
-  }
-  return g_kube
-      ->MustKubectl({"wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"})
-      .status();
-}
-
-absl::StatusOr<std::string> ServerVersion() {
-  WISP_ASSIGN_OR_RETURN(std::string out, g_kube->MustKubectl({"version", "-o", "json"}));
-  Json v = Json::parse(out.substr(out.find('{')), nullptr, false);
-  if (!v.contains("serverVersion")) return absl::InternalError("kubectl version: " + out);
-  return v["serverVersion"].value("gitVersion", "");
-}
-
-absl::Status RenderChart() {
-  const std::string helm = Env("WISP_HELM", SourceDir() + "/build/tools/helm");
-  WISP_ASSIGN_OR_RETURN(std::string version, ServerVersion());
-  CommandResult r = RunArgv({helm, "template", "wisp", SourceDir() + "/deploy/helm/wisp",
-                             "--namespace", "wisp-system", "--kube-version", version},
-                            "", /*merge_stderr=*/false);
-  if (r.exit_code != 0) return absl::InternalError("helm template: " + r.output);
-  g_rendered_chart = r.output;
-  return absl::OkStatus();
-}
-
-// The chart's webhook configurations, pointed at the local gateway: clientConfig.service becomes
-// url: https://HOST:PORT<path>, the caBundle the stack's CA. Everything else stays as rendered.
-absl::StatusOr<std::string> WebhooksForLocalGateway(const std::string& host, int port) {
-  CommandResult b64 = RunArgv({"base64", "-w0", g_stack->ca_file()});
-  if (b64.exit_code != 0) return absl::InternalError("base64: " + b64.output);
-  YAML::Emitter out;
-  int found = 0;
-  for (YAML::Node doc : YAML::LoadAll(g_rendered_chart)) {
-    if (!doc.IsMap() || !doc["kind"]) continue;
-    const std::string kind = doc["kind"].as<std::string>();
-    if (kind != "MutatingWebhookConfiguration" && kind != "ValidatingWebhookConfiguration") {
-      continue;
-    }
-    for (YAML::Node hook : doc["webhooks"]) {
-      YAML::Node cc = hook["clientConfig"];
-      const std::string path = cc["service"]["path"].as<std::string>();
-      cc.remove("service");
-      cc["url"] = "https://" + host + ":" + std::to_string(port) + path;
-      cc["caBundle"] = b64.output;
-    }
-    out << YAML::BeginDoc << doc;
-    ++found;
-  }
-  if (found != 2) {
-    return absl::InternalError("the rendered chart has " + std::to_string(found) +
-                               " webhook configurations, want 2");
-  }
-  return std::string(out.c_str());
-}
-
-absl::Status RegisterWebhooks() {
-  const std::string host = Env("WISP_E2E_WEBHOOK_HOST", "127.0.0.1");
-  WISP_ASSIGN_OR_RETURN(std::string hooks, WebhooksForLocalGateway(host, g_stack->gateway_port()));
-  WISP_RETURN_IF_ERROR(g_kube->MustKubectl({"apply", "--server-side", "-f", "-"}, hooks).status());
-  // The apiserver picks webhook configurations up from an informer: wait until a pod that asks for
-  // the sidecar comes back mutated from a server-side dry run.
-  const std::string probe = ReadManifest("loader-pod.yaml");
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (true) {
-    CommandResult r =
-        g_kube->Kubectl({"create", "--dry-run=server", "-f", "-", "-o", "json"}, probe);
-    if (r.exit_code == 0 && r.output.find("wisp-sidecar") != std::string::npos) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      return absl::DeadlineExceededError("webhooks not in effect after 30 s: " + r.output);
-    }
-    std::this_thread::sleep_for(250ms);
-  }
-  return absl::OkStatus();
-}
 
 // wisp-token's policy for this run: the local stack's, plus the cluster's own issuer as
 // token.clusterIssuer renders it in cluster: the issuer from the apiserver's discovery, its keys
@@ -583,7 +492,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   g_stack = stack->get();
-  for (auto step : {&InstallCrds, &RenderChart, &RegisterWebhooks}) {
+  for (auto step :
+       {+[] { return InstallCrds(*g_kube); },
+        +[]() -> absl::Status {
+          WISP_ASSIGN_OR_RETURN(g_rendered_chart, RenderChart(*g_kube));
+          return absl::OkStatus();
+        },
+        +[] { return RegisterWebhooks(*g_kube, g_rendered_chart, *g_stack, WebhookHost()); }}) {
     if (absl::Status s = step(); !s.ok()) {
       std::cerr << "e2e set-up failed: " << s << "\n" << g_kube->ApiserverLogTail() << std::endl;
       return 1;

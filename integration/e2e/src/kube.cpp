@@ -13,6 +13,10 @@
 #include <sstream>
 #include <thread>
 
+#include <yaml-cpp/yaml.h>
+
+#include <nlohmann/json.hpp>
+
 #include "wisp/status/status.hpp"
 
 extern char** environ;
@@ -311,6 +315,102 @@ absl::Status KubeCluster::CreateNamespace(const std::string& name, const std::st
 void KubeCluster::DeleteNamespaces() {
   for (const auto& ns : namespaces_) Kubectl({"delete", "namespace", ns, "--wait=false"});
   namespaces_.clear();
+}
+
+absl::Status InstallCrds(const KubeCluster& kube) {
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(SourceDir() + "/integration/k8s/crds")) {
+    const std::string p = e.path().string();
+    // The VEP 94 CRD stands for a patched KubeVirt; the e2e cluster runs the released one.
+    if (e.path().extension() == ".yaml" && p.find("VEP94") == std::string::npos) files.push_back(p);
+  }
+  for (const auto& e : fs::directory_iterator(SourceDir() + "/deploy/helm/wisp/crds")) {
+    files.push_back(e.path().string());
+  }
+  for (const auto& f : files) {
+    // create, not apply: the VMI CRD is larger than apply's last-applied annotation allows.
+    CommandResult r = kube.Kubectl({"create", "-f", f});
+    if (r.exit_code != 0 && r.output.find("AlreadyExists") == std::string::npos) {
+      return absl::InternalError("installing " + f + ": " + r.output);
+    }
+  }
+  return kube.MustKubectl({"wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"})
+      .status();
+}
+
+absl::StatusOr<std::string> RenderChart(const KubeCluster& kube) {
+  std::string helm = Env("WISP_HELM");
+  if (helm.empty()) helm = SourceDir() + "/build/tools/helm";
+  WISP_ASSIGN_OR_RETURN(std::string out, kube.MustKubectl({"version", "-o", "json"}));
+  const size_t brace = out.find('{');
+  const nlohmann::json v = nlohmann::json::parse(
+      brace == std::string::npos ? std::string() : out.substr(brace), nullptr, false);
+  if (!v.is_object() || !v.contains("serverVersion")) {
+    return absl::InternalError("kubectl version: " + out);
+  }
+  const std::string version = v["serverVersion"].value("gitVersion", "");
+  CommandResult r = RunArgv({helm, "template", "wisp", SourceDir() + "/deploy/helm/wisp",
+                             "--namespace", "wisp-system", "--kube-version", version},
+                            "", /*merge_stderr=*/false);
+  if (r.exit_code != 0) return absl::InternalError("helm template: " + r.output);
+  return r.output;
+}
+
+absl::StatusOr<std::string> WebhooksForLocalGateway(const std::string& rendered_chart,
+                                                    const std::string& ca_file,
+                                                    const std::string& host, int port) {
+  CommandResult b64 = RunArgv({"base64", "-w0", ca_file});
+  if (b64.exit_code != 0) return absl::InternalError("base64: " + b64.output);
+  YAML::Emitter out;
+  int found = 0;
+  for (YAML::Node doc : YAML::LoadAll(rendered_chart)) {
+    if (!doc.IsMap() || !doc["kind"]) continue;
+    const std::string kind = doc["kind"].as<std::string>();
+    if (kind != "MutatingWebhookConfiguration" && kind != "ValidatingWebhookConfiguration") {
+      continue;
+    }
+    for (YAML::Node hook : doc["webhooks"]) {
+      YAML::Node cc = hook["clientConfig"];
+      const std::string path = cc["service"]["path"].as<std::string>();
+      cc.remove("service");
+      cc["url"] = "https://" + host + ":" + std::to_string(port) + path;
+      cc["caBundle"] = b64.output;
+    }
+    out << YAML::BeginDoc << doc;
+    ++found;
+  }
+  if (found != 2) {
+    return absl::InternalError("the rendered chart has " + std::to_string(found) +
+                               " webhook configurations, want 2");
+  }
+  return std::string(out.c_str());
+}
+
+absl::Status RegisterWebhooks(const KubeCluster& kube, const std::string& rendered_chart,
+                              const Stack& stack, const std::string& host) {
+  WISP_ASSIGN_OR_RETURN(std::string hooks, WebhooksForLocalGateway(rendered_chart, stack.ca_file(),
+                                                                   host, stack.gateway_port()));
+  WISP_RETURN_IF_ERROR(kube.MustKubectl({"apply", "--server-side", "-f", "-"}, hooks).status());
+  // The apiserver picks webhook configurations up from an informer: wait until a pod that asks for
+  // the sidecar comes back mutated from a server-side dry run.
+  const std::string probe =
+      fsutil::ReadFile(SourceDir() + "/integration/admission/manifests/loader-pod.yaml")
+          .value_or("");
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (true) {
+    CommandResult r = kube.Kubectl({"create", "--dry-run=server", "-f", "-", "-o", "json"}, probe);
+    if (r.exit_code == 0 && r.output.find("wisp-sidecar") != std::string::npos) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError("webhooks not in effect after 30 s: " + r.output);
+    }
+    std::this_thread::sleep_for(250ms);
+  }
+  return absl::OkStatus();
+}
+
+std::string WebhookHost() {
+  const std::string host = Env("WISP_E2E_WEBHOOK_HOST");
+  return host.empty() ? "127.0.0.1" : host;
 }
 
 }  // namespace wisp::integration

@@ -20,12 +20,20 @@
 //   - The destructor stops what it started (process groups) and removes its files; an existing
 //     cluster is left alone, except for the namespaces a test created and DeleteNamespaces()
 //     removes.
+//   - wisp on the cluster, as the e2e suite and bench/apiserver set it up: InstallCrds() (the real
+//     KubeVirt and CDI CRDs and the chart's own), RenderChart() (`helm template` for the
+//     cluster's version), WebhooksForLocalGateway() (the chart's two webhook configurations with
+//     only clientConfig.service turned into url: at a gateway, caBundle its CA) and
+//     RegisterWebhooks() (applies them and returns once the apiserver calls them).
 //
 // Example:
 //   auto kube = KubeCluster::FromEnvironment();
 //   if (!kube.ok()) return ExitCodeWithoutCluster(kube.status());
 //   ASSERT_TRUE((*kube)->CreateNamespace("story1").ok());
 //   CommandResult r = (*kube)->Kubectl({"create", "-f", "-"}, pod_yaml);
+//   WISP_RETURN_IF_ERROR(InstallCrds(**kube));
+//   WISP_ASSIGN_OR_RETURN(std::string chart, RenderChart(**kube));
+//   WISP_RETURN_IF_ERROR(RegisterWebhooks(**kube, chart, *stack, WebhookHost()));
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,5 +93,32 @@ int ExitCodeWithoutCluster(const absl::Status& status);
 // or (merge_stderr false) stdout alone, with stderr appended only when the command fails.
 CommandResult RunArgv(const std::vector<std::string>& argv, const std::string& input = "",
                       bool merge_stderr = true);
+
+// The real CRDs: integration/k8s/crds (KubeVirt v1.9.0 and CDI v1.66.0, copied from
+// ../shared/k8s/crds; not the VEP 94 one, which stands for a patched KubeVirt) and the chart's
+// own (deploy/helm/wisp/crds); returns when every CRD is Established. Already there is fine.
+absl::Status InstallCrds(const KubeCluster& kube);
+
+// `helm template wisp deploy/helm/wisp --namespace wisp-system --kube-version <the cluster's>`
+// (helm: WISP_HELM, else build/tools/helm, which scripts/e2e extracts).
+absl::StatusOr<std::string> RenderChart(const KubeCluster& kube);
+
+// The chart's webhook configurations out of `rendered_chart`, pointed at a gateway outside the
+// cluster: each webhook's clientConfig.service becomes url: https://HOST:PORT<path>, its caBundle
+// the PEM file `ca_file`; everything else stays as rendered. Internal unless there are exactly
+// two (one mutating, one validating).
+absl::StatusOr<std::string> WebhooksForLocalGateway(const std::string& rendered_chart,
+                                                    const std::string& ca_file,
+                                                    const std::string& host, int port);
+
+// Applies WebhooksForLocalGateway() for `stack`'s gateway (server-side apply) and waits, at most
+// 30 s, until the apiserver calls them: a server-side dry run of
+// integration/admission/manifests/loader-pod.yaml comes back with wisp's sidecar (so namespace ml
+// and its service account data-loader must exist).
+absl::Status RegisterWebhooks(const KubeCluster& kube, const std::string& rendered_chart,
+                              const Stack& stack, const std::string& host);
+
+// The address the apiserver calls webhooks at: WISP_E2E_WEBHOOK_HOST, else 127.0.0.1.
+std::string WebhookHost();
 
 }  // namespace wisp::integration
