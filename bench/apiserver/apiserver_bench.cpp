@@ -615,6 +615,9 @@ int main(int argc, char** argv) {
   const std::string host = wisp::integration::WebhookHost();
   wisp::integration::StackOptions stack_options;
   if (host != "127.0.0.1") stack_options.gateway_extra_sans = {host};
+  // As the e2e suite runs it (and the chart's controller gateway, --in-cluster there): watching
+  // what the apiserver stores.
+  stack_options.extra_args["wisp-gateway"] = {"--kubeconfig", k.kubeconfig()};
   auto stack = Stack::Start(stack_options);
   if (!stack.ok()) return SetupFailed("the wisp stack", stack.status());
   wisp::integration::TempDir dir("wisp-apibench");
