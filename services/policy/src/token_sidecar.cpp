@@ -244,11 +244,12 @@ struct Sidecar {
 // The parts of the patch that no pod or policy changes, written once (by the same writer, so the
 // text is what writing them per request gave) and inserted as they are.
 struct FixedJson {
-  std::string security_context;  // the sidecar's restricted securityContext
-  std::string sidecar_mounts;    // the sidecar's volumeMounts
-  std::string socket_volume;     // the socket emptyDir
-  std::string socket_mount;      // an app container's mount of it
-  std::string token_url_env;     // an app container's WISP_TOKEN_URL
+  std::string security_context;     // the sidecar's restricted securityContext
+  std::string sidecar_mounts;       // the sidecar's volumeMounts
+  std::string socket_volume;        // the socket emptyDir
+  std::string socket_mount;         // an app container's mount of it
+  std::string token_url_env;        // an app container's WISP_TOKEN_URL
+  std::string no_api_token_volume;  // the empty tmpfs over the API token path (kNoApiTokenVolume)
 };
 
 const FixedJson& Fragments() {
@@ -270,10 +271,16 @@ const FixedJson& Fragments() {
     w.EndObject();
     w.BeginObject().Key("name").String(kTokenVolume).Key("mountPath").String(kTokenDir);
     w.Key("readOnly").Bool(true).EndObject();
+    w.BeginObject().Key("name").String(kNoApiTokenVolume).Key("mountPath").String(kApiTokenDir);
+    w.Key("readOnly").Bool(true).EndObject();
     f.sidecar_mounts = w.EndArray().Take();
     w.BeginObject().Key("name").String(kSocketVolume);
     w.Key("emptyDir").BeginObject().Key("medium").String("Memory").EndObject();
     f.socket_volume = w.EndObject().Take();
+    w.BeginObject().Key("name").String(kNoApiTokenVolume);
+    w.Key("emptyDir").BeginObject().Key("medium").String("Memory");
+    w.Key("sizeLimit").String("1Ki").EndObject();
+    f.no_api_token_volume = w.EndObject().Take();
     w.BeginObject().Key("name").String(kSocketVolume).Key("mountPath").String(kSocketDir);
     f.socket_mount = w.EndObject().Take();
     w.BeginObject().Key("name").String(kTokenUrlEnv).Key("value").String(kTokenUrl);
@@ -477,6 +484,11 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
   if (!pod.HasVolume(kSocketVolume)) {
     AddElement(patch, "/spec/volumes", volumes_exist, "-",
                [](k8s::JsonWriter& w) { w.Raw(Fragments().socket_volume); });
+    volumes_exist = true;
+  }
+  if (!pod.HasVolume(kNoApiTokenVolume)) {
+    AddElement(patch, "/spec/volumes", volumes_exist, "-",
+               [](k8s::JsonWriter& w) { w.Raw(Fragments().no_api_token_volume); });
   }
 
   // Every app container reaches the sidecar through the socket directory.

@@ -17,7 +17,7 @@ std::string TokenPod(const std::string& audience, int64_t exp) {
          R"(,"path":"token"}}]}}]}})";
 }
 
-// Tests that a pod wisp mutated (the token sidecar: two volumes added) is refused naming the
+// Tests that a pod wisp mutated (the token sidecar: three volumes added) is refused naming the
 // field as the user wrote it: the validating webhook sees the mutated pod, and wisp's volumes go
 // after the user's, so spec.volumes[0] is still the user's first volume.
 TEST(PodTokenAudiencesTest, RefusalAfterTheSidecarNamesTheUsersIndex) {
@@ -30,7 +30,7 @@ TEST(PodTokenAudiencesTest, RefusalAfterTheSidecarNamesTheUsersIndex) {
   Verdict mutated = EvaluateTokenSidecar(in, p);
   ASSERT_TRUE(mutated.allowed) << mutated.message;
   Json out = testing::Apply(in, mutated);
-  ASSERT_EQ(out["spec"]["volumes"].size(), 3u);
+  ASSERT_EQ(out["spec"]["volumes"].size(), 4u);
   Verdict v = EvaluatePodTokenAudiences(testing::Pod(out.dump(), "ml"), p);
   EXPECT_FALSE(v.allowed);
   EXPECT_EQ(

@@ -53,14 +53,17 @@ TEST(TokenSidecarTest, InjectsIntoHostNetworkPodAndIsReinvocationSafe) {
       "capabilities":{"drop":["ALL"]},"seccompProfile":{"type":"RuntimeDefault"},
       "runAsNonRoot":true,"runAsUser":65534,"runAsGroup":65534},
     "volumeMounts":[{"name":"wisp-token-socket","mountPath":"/var/run/wisp"},
-                    {"name":"wisp-sa-token","mountPath":"/var/run/wisp-sa-token","readOnly":true}]})");
+                    {"name":"wisp-sa-token","mountPath":"/var/run/wisp-sa-token","readOnly":true},
+                    {"name":"wisp-no-api-token",
+                     "mountPath":"/var/run/secrets/kubernetes.io/serviceaccount","readOnly":true}]})");
   EXPECT_EQ(out["spec"]["initContainers"], Json::array({expected_sidecar}));
   // The user's volume keeps index 0; wisp's follow it.
   EXPECT_EQ(out["spec"]["volumes"], Json::parse(R"([
     {"name":"data","csi":{"driver":"csi.wisp.dev","volumeAttributes":{"bucket":"b"}}},
     {"name":"wisp-sa-token","projected":{"sources":[{"serviceAccountToken":
       {"audience":"wisp","expirationSeconds":3600,"path":"token"}}]}},
-    {"name":"wisp-token-socket","emptyDir":{"medium":"Memory"}}])"));
+    {"name":"wisp-token-socket","emptyDir":{"medium":"Memory"}},
+    {"name":"wisp-no-api-token","emptyDir":{"medium":"Memory","sizeLimit":"1Ki"}}])"));
   EXPECT_EQ(out["spec"]["containers"], Json::parse(R"([{"name":"main","image":"loader:1",
     "volumeMounts":[{"name":"data","mountPath":"/data"},{"name":"wisp-token-socket","mountPath":"/var/run/wisp"}],
     "env":[{"name":"WISP_TOKEN_URL","value":"unix:///var/run/wisp/token.sock"}]}])"));
@@ -416,8 +419,9 @@ TEST(TokenSidecarTest, PodShapes) {
     auto in = Pod("{" + annotated + R"(,"spec":{"hostNetwork":true}})");
     Json out = Apply(in, EvaluateTokenSidecar(in, Policy{}));
     EXPECT_EQ(out["spec"]["initContainers"][0]["name"], "wisp-sidecar");
-    EXPECT_EQ(out["spec"]["volumes"].size(), 2u);
+    EXPECT_EQ(out["spec"]["volumes"].size(), 3u);
     EXPECT_EQ(out["spec"]["volumes"][1]["name"], "wisp-token-socket");
+    EXPECT_EQ(out["spec"]["volumes"][2]["name"], "wisp-no-api-token");
     EXPECT_FALSE(out["spec"].contains("containers"));
     EXPECT_TRUE(EvaluateTokenSidecar(Rerun(in, out), Policy{}).patch.empty());
   }
@@ -427,7 +431,7 @@ TEST(TokenSidecarTest, PodShapes) {
     auto in = Pod("{" + annotated + "}");
     Json out = Apply(in, EvaluateTokenSidecar(in, all));
     EXPECT_EQ(out["spec"]["containers"][0]["name"], "wisp-sidecar");
-    EXPECT_EQ(out["spec"]["volumes"].size(), 2u);
+    EXPECT_EQ(out["spec"]["volumes"].size(), 3u);
   }
   {
     auto in = Pod("{" + annotated + R"(,"spec":{"hostNetwork":true,"containers":[

@@ -61,6 +61,12 @@ inline constexpr std::string_view kTokenUrlEnv = "WISP_TOKEN_URL";
 inline constexpr std::string_view kTokenUrl = "unix:///var/run/wisp/token.sock";
 inline constexpr std::string_view kTokenVolume = "wisp-sa-token";
 inline constexpr std::string_view kTokenDir = "/var/run/wisp-sa-token";
+// An empty read-only tmpfs over the API token's path in the sidecar: the sidecar never talks to
+// the apiserver, and a mount at that path keeps the ServiceAccount admission plugin (re-run after
+// wisp's patch) from adding kube-api-access to it, a change that would call wisp's webhook again
+// (reinvocationPolicy IfNeeded).
+inline constexpr std::string_view kNoApiTokenVolume = "wisp-no-api-token";
+inline constexpr std::string_view kApiTokenDir = "/var/run/secrets/kubernetes.io/serviceaccount";
 inline constexpr std::string_view kWispCsiDriver = "csi.wisp.dev";
 inline constexpr std::string_view kWispGroup = "wisp.dev";
 inline constexpr std::string_view kVirtiofsSocketDir = "/var/run/kubevirt/virtiofs-containers";
