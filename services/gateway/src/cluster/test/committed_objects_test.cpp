@@ -149,6 +149,12 @@ class PolicyStandIn {
   bus::SubscriptionPtr sub_;
 };
 
+// Synced() turns true just after wisp-policy's answer to SYNCED: poll for it (at most 5 s).
+bool WaitSynced(const CommittedObjects& watch) {
+  for (int i = 0; i < 500 && !watch.Synced(); ++i) std::this_thread::sleep_for(10ms);
+  return watch.Synced();
+}
+
 CommittedObjectsOptions PvcsOnly() {
   CommittedObjectsOptions o;
   o.kinds = {RecordedKinds()[0]};
@@ -171,7 +177,7 @@ TEST(CommittedObjectsTest, ListThenSyncedThenWatchEventsInOrder) {
   CommittedObjects watch(kube, bus, registry, PvcsOnly());
   watch.Start();
   ASSERT_EQ(policy.WaitFor(3).size(), 3u);
-  EXPECT_TRUE(watch.Synced());
+  EXPECT_TRUE(WaitSynced(watch));
   kube.Push("persistentvolumeclaims", kube::EventType::kModified, Pvc("a", "2"));
   kube.Push("persistentvolumeclaims", kube::EventType::kDeleted, Pvc("b", "3"));
   kube.Push("persistentvolumeclaims", kube::EventType::kAdded, Pvc("c", "4"));
@@ -244,7 +250,7 @@ TEST(CommittedObjectsTest, MissingCrdDoesNotHoldUpOtherKinds) {
   watch.Stop();
   ASSERT_EQ(after.size(), 3u);
   EXPECT_EQ(after[2], "SYNCED DataVolume []");
-  EXPECT_TRUE(watch.Synced());
+  EXPECT_TRUE(WaitSynced(watch));
 }
 
 TEST(CommittedObjectsTest, ToCommittedNamesTheKindsApiGroup) {
