@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "wisp/bus/nats_bus.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/log/log.hpp"
 
 namespace wisp::runtime {
@@ -16,10 +17,19 @@ void AddNatsFlags(config::Flags& flags, CommonSettings& s) {
                "NATS server URLs, comma separated (several = the members of a NATS cluster; "
                "tls:// for TLS).");
   flags.String("nats-user", &s.nats_user, "NATS user name (with --nats-password).");
-  flags.String("nats-password", &s.nats_password,
-               "NATS password. Prefer the environment variable.");
+  flags.String("nats-password", &s.nats_password, "NATS password (with --nats-user).");
+  flags.Secret(
+      "--nats-password-file FILE, the environment variable WISP_NATS_PASSWORD, or the "
+      "key nats-password in the --config file");
+  flags.String("nats-password-file", &s.nats_password_file,
+               "File holding the NATS password (a trailing newline is dropped), read at start-up.");
   flags.String("nats-creds", &s.nats_creds, "NATS credentials file (JWT + nkey seed).");
   flags.String("nats-token", &s.nats_token, "NATS authentication token.");
+  flags.Secret(
+      "--nats-token-file FILE, the environment variable WISP_NATS_TOKEN, or the key "
+      "nats-token in the --config file");
+  flags.String("nats-token-file", &s.nats_token_file,
+               "File holding the NATS authentication token, read at start-up.");
   flags.String("nats-ca", &s.nats_ca, "CA bundle that verifies the NATS servers' certificates.");
   flags.String("nats-cert", &s.nats_cert, "Client certificate for NATS TLS (with --nats-key).");
   flags.String("nats-key", &s.nats_key, "Client key for NATS TLS.");
@@ -28,6 +38,27 @@ void AddNatsFlags(config::Flags& flags, CommonSettings& s) {
                "(for example _INBOX.wisp-token), so NATS can let each service user subscribe to "
                "its own replies and nobody else's.");
 }
+
+namespace {
+
+// A secret given as a value (environment or --config file) or by file, never both.
+absl::StatusOr<std::string> SecretValue(const std::string& value, const std::string& file,
+                                        const std::string& name) {
+  if (file.empty()) return value;
+  if (!value.empty()) {
+    return absl::InvalidArgumentError(name + " and " + name +
+                                      "-file are both set; give the secret once");
+  }
+  auto read = fsutil::ReadTrimmedFile(file);
+  if (!read.ok()) {
+    return absl::InvalidArgumentError(name + "-file: cannot read " +
+                                      std::string(read.status().message()));
+  }
+  if (read->empty()) return absl::InvalidArgumentError(name + "-file: " + file + " is empty");
+  return *std::move(read);
+}
+
+}  // namespace
 
 absl::StatusOr<bus::NatsBusOptions> NatsOptions(const CommonSettings& settings,
                                                 const std::string& name) {
@@ -38,9 +69,12 @@ absl::StatusOr<bus::NatsBusOptions> NatsOptions(const CommonSettings& settings,
   WISP_ASSIGN_OR_RETURN(options.servers, ParseNatsUrls(settings.nats_url));
   options.name = name;
   options.user = settings.nats_user;
-  options.password = settings.nats_password;
+  WISP_ASSIGN_OR_RETURN(
+      options.password,
+      SecretValue(settings.nats_password, settings.nats_password_file, "nats-password"));
   options.creds_file = settings.nats_creds;
-  options.token = settings.nats_token;
+  WISP_ASSIGN_OR_RETURN(options.token,
+                        SecretValue(settings.nats_token, settings.nats_token_file, "nats-token"));
   options.tls_ca_file = settings.nats_ca;
   options.tls_cert_file = settings.nats_cert;
   options.tls_key_file = settings.nats_key;

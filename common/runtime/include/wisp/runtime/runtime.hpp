@@ -3,6 +3,9 @@
 //
 // Contract:
 //   - AddCommonFlags() declares the settings every service has (NATS, metrics, logging, drain).
+//   - Secrets never come from the command line (`ps` shows it to every user): --nats-password and
+//     --nats-token are refused there; they come from their environment variables, the --config
+//     file, or --nats-password-file / --nats-token-file, read once by NatsOptions().
 //   - Process::Start() blocks SIGTERM/SIGINT/SIGHUP in every thread (before any thread exists),
 //   installs
 //     logging, connects the bus (retrying in the background while NATS is down, so a service can
@@ -41,8 +44,10 @@ struct CommonSettings {
   std::string nats_url = "nats://127.0.0.1:4222";
   std::string nats_user;
   std::string nats_password;
+  std::string nats_password_file;
   std::string nats_creds;
   std::string nats_token;
+  std::string nats_token_file;
   std::string nats_ca;
   std::string nats_cert;
   std::string nats_key;
@@ -61,8 +66,10 @@ void AddCommonFlags(config::Flags& flags, CommonSettings& settings);
 // a service but is not one (wispctl). AddCommonFlags declares them too.
 void AddNatsFlags(config::Flags& flags, CommonSettings& settings);
 // The NATS half of the settings as connection options (servers, name, credentials, TLS, inbox
-// prefix "_INBOX.<name>" unless set): the one mapping Process::Start and wispctl both use.
-// InvalidArgument naming the flag for a bad nats-url, or nats-cert without nats-key (or back).
+// prefix "_INBOX.<name>" unless set): the one mapping Process::Start and wispctl both use. Reads
+// nats-password-file / nats-token-file (trailing newline dropped). InvalidArgument naming the flag
+// for a bad nats-url, nats-cert without nats-key (or back), a secret given both as a value and as
+// a file, or a secret file that cannot be read or is empty.
 absl::StatusOr<bus::NatsBusOptions> NatsOptions(const CommonSettings& settings,
                                                 const std::string& name);
 
