@@ -23,6 +23,7 @@ absl::Status FromNats(natsStatus s, std::string_view what) {
     case NATS_TIMEOUT:
       return absl::DeadlineExceededError(text);
     case NATS_NO_RESPONDERS:
+      return NoRespondersError(text);
     case NATS_CONNECTION_CLOSED:
     case NATS_CONNECTION_DISCONNECTED:
     case NATS_NO_SERVER:
