@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "nats_internal.hpp"
+#include "wisp/bus/replicas.hpp"
 
 namespace wisp::bus::internal {
 
@@ -67,6 +68,10 @@ absl::Status FromJs(natsStatus s, jsErrCode jerr, std::string_view what) {
       return absl::InvalidArgumentError(text);
     case JSNotEnabledErr:
       return absl::UnavailableError(text);
+    case JSStreamReplicasNotSupportedErr:
+    case JSInsufficientResourcesErr:
+    case JSClusterNoPeersErr:
+      return ReplicaPlacementError(text);
     default:
       break;
   }

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "wisp/bus/nats_bus.hpp"
+#include "wisp/bus/replicas.hpp"
 #include "wisp/fsutil/read_file.hpp"
 #include "wisp/log/log.hpp"
 
@@ -101,6 +102,30 @@ void AddCommonFlags(config::Flags& flags, CommonSettings& s) {
               return n >= 1 && n <= 256 ? absl::OkStatus()
                                         : absl::InvalidArgumentError("must be between 1 and 256");
             });
+  flags.Int(
+      "jetstream-replicas", &s.jetstream_replicas,
+      "Copies JetStream keeps of every bucket and stream this service creates "
+      "(wisp_keys, wisp_volumes, WISP_POPULATE, ...): 1 for a single nats-server, 3 for "
+      "a 3-node NATS cluster (one server may then be lost without losing state). An "
+      "existing bucket or stream with fewer copies is raised in place at start-up and the "
+      "service logs it; one with more is left as it is. More than the cluster can place "
+      "fails at start-up.",
+      [](int64_t n) {
+        return n >= 1 && n <= bus::kMaxReplicas
+                   ? absl::OkStatus()
+                   : absl::InvalidArgumentError("must be between 1 and 5 (JetStream's limit)");
+      });
+}
+
+absl::Status ExplainReplicaError(const absl::Status& status, int64_t replicas) {
+  // With one copy the setting is not the cause (JetStream says "insufficient resources" for a
+  // full store too).
+  if (replicas <= 1 || !bus::IsReplicaPlacementError(status)) return status;
+  return absl::InvalidArgumentError(
+      "jetstream-replicas: NATS cannot keep " + std::to_string(replicas) + " copies (" +
+      std::string(status.message()) +
+      "); set jetstream-replicas to at most the number of JetStream servers in the cluster "
+      "that are up (1 for a single nats-server)");
 }
 
 absl::StatusOr<std::vector<std::string>> ParseNatsUrls(std::string_view text) {
@@ -211,15 +236,25 @@ absl::Status Process::RetryUntilBus(std::string_view what,
   }
 }
 
-absl::StatusOr<bus::KeyValuePtr> Process::OpenBucket(const bus::BucketConfig& config) {
+absl::StatusOr<bus::KeyValuePtr> Process::OpenBucket(bus::BucketConfig config) {
+  config.replicas = jetstream_replicas();
   bus::KeyValuePtr kv;
-  WISP_RETURN_IF_ERROR(RetryUntilBus("waiting for JetStream", [&]() -> absl::Status {
-    auto opened = bus_->OpenBucket(config);
-    if (!opened.ok()) return opened.status();
-    kv = std::move(*opened);
-    return absl::OkStatus();
-  }));
+  WISP_RETURN_IF_ERROR(ExplainReplicaError(RetryUntilBus("waiting for JetStream",
+                                                         [&]() -> absl::Status {
+                                                           auto opened = bus_->OpenBucket(config);
+                                                           if (!opened.ok()) return opened.status();
+                                                           kv = std::move(*opened);
+                                                           return absl::OkStatus();
+                                                         }),
+                                           config.replicas));
   return kv;
+}
+
+absl::Status Process::EnsureStream(bus::StreamConfig config) {
+  config.replicas = jetstream_replicas();
+  return ExplainReplicaError(
+      RetryUntilBus("waiting for JetStream", [&] { return bus_->Js().EnsureStream(config); }),
+      config.replicas);
 }
 
 absl::StatusOr<bus::Service*> Process::RegisterService(std::string description) {

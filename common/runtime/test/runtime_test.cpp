@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "wisp/bus/replicas.hpp"
+
 namespace wisp::runtime {
 namespace {
 
@@ -118,6 +120,48 @@ TEST(RuntimeTest, NatsSecretsNeverFromTheCommandLine) {
             "nats-password-file: " + file + " is empty");
 }
 
+// Tests that jetstream-replicas is 1 by default, takes 1..5 and names itself otherwise.
+TEST(RuntimeTest, JetstreamReplicasSetting) {
+  CommonSettings s;
+  EXPECT_EQ(s.jetstream_replicas, 1);
+  for (const char* bad : {"0", "6"}) {
+    config::Flags flags("wisp-x", "test");
+    AddCommonFlags(flags, s);
+    const char* argv[] = {"wisp-x", "--jetstream-replicas", bad};
+    auto st = flags.Parse(3, argv);
+    EXPECT_EQ(st.message(), "--jetstream-replicas: must be between 1 and 5 (JetStream's limit)");
+  }
+  config::Flags flags("wisp-x", "test");
+  AddCommonFlags(flags, s);
+  const char* argv[] = {"wisp-x", "--jetstream-replicas", "3"};
+  ASSERT_TRUE(flags.Parse(3, argv).ok());
+  EXPECT_EQ(s.jetstream_replicas, 3);
+}
+
+// Tests that a placement refusal of more than one copy becomes one line naming
+// jetstream-replicas, and that any other error passes through unchanged.
+TEST(RuntimeTest, ExplainsReplicaPlacementErrors) {
+  const absl::Status refused = bus::ReplicaPlacementError(
+      "ensuring stream WISP_POPULATE: replicas > 1 not supported in non-clustered mode");
+  const absl::Status explained = ExplainReplicaError(refused, 3);
+  EXPECT_EQ(explained.code(), absl::StatusCode::kInvalidArgument);
+  const std::string text(explained.message());
+  EXPECT_EQ(text.rfind("jetstream-replicas: NATS cannot keep 3 copies (ensuring stream "
+                       "WISP_POPULATE: replicas > 1 not supported in non-clustered mode)",
+                       0),
+            0u)
+      << text;
+  EXPECT_NE(text.find("at most the number of JetStream servers"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\n'), std::string::npos);
+  EXPECT_EQ(Fail("wisp-x", explained), 2);
+
+  const absl::Status other = absl::UnavailableError("no nats");
+  EXPECT_EQ(ExplainReplicaError(other, 3), other);
+  // With one copy the setting is not what to change (a full store says the same).
+  EXPECT_EQ(ExplainReplicaError(refused, 1), refused);
+  EXPECT_TRUE(ExplainReplicaError(absl::OkStatus(), 3).ok());
+}
+
 // Tests that the common flags are declared with their environment names in --help.
 TEST(RuntimeTest, CommonFlagsAppearInHelp) {
   CommonSettings s;
@@ -125,7 +169,7 @@ TEST(RuntimeTest, CommonFlagsAppearInHelp) {
   AddCommonFlags(flags, s);
   const std::string help = flags.Help();
   for (const char* want : {"--nats-url", "WISP_NATS_PASSWORD", "--nats-password-file",
-                           "--metrics-address", "--drain-timeout"}) {
+                           "--metrics-address", "--drain-timeout", "--jetstream-replicas"}) {
     EXPECT_NE(help.find(want), std::string::npos) << want;
   }
 }

@@ -114,8 +114,6 @@ bus::ConsumerConfig JobRunner::ConsumerConfig() const {
   return c;
 }
 
-absl::Status JobRunner::EnsureStream() { return js_.EnsureStream(StreamConfig()); }
-
 absl::StatusOr<bus::PullConsumerPtr> JobRunner::Subscribe() {
   return js_.PullSubscribe(bus::streams::kPopulateJobs, ConsumerConfig());
 }

@@ -19,7 +19,7 @@
 //   - the volume was deleted meanwhile: the import stops, the job is acked, the directory removed.
 //
 //   JobRunner runner(bus.Js(), service.store(), importer, metrics, clock, config);
-//   WISP_RETURN_IF_ERROR(runner.EnsureStream());
+//   WISP_RETURN_IF_ERROR(process.EnsureStream(JobRunner::StreamConfig()));  // jetstream-replicas
 //   WISP_RETURN_IF_ERROR(runner.StartWorkers(2));
 //   ...
 //   runner.Stop();
@@ -59,9 +59,9 @@ class JobRunner {
             Clock& clock, JobRunnerConfig config);
   ~JobRunner();
 
+  // WISP_POPULATE with one replica; runtime::Process::EnsureStream applies jetstream-replicas.
   static bus::StreamConfig StreamConfig();
   bus::ConsumerConfig ConsumerConfig() const;
-  absl::Status EnsureStream();
   absl::StatusOr<bus::PullConsumerPtr> Subscribe();
 
   // Fetches at most one job, waiting up to `wait`, and runs it to its end. False when none came.

@@ -86,7 +86,7 @@ absl::StatusOr<std::unique_ptr<PopulatorApp>> PopulatorApp::Start(const Populato
           .volume_root = s.volume_root,
           .idle_timeout = s.upload_idle,
           .stale_after = std::max<std::chrono::milliseconds>(2 * s.upload_idle, 10s)});
-  WISP_RETURN_IF_ERROR(app->runner_->EnsureStream());
+  WISP_RETURN_IF_ERROR(process.EnsureStream(JobRunner::StreamConfig()));
   WISP_ASSIGN_OR_RETURN(
       bus::Service * micro,
       process.RegisterService("volume population: import, blank, clone, upload; node " +

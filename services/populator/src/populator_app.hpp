@@ -7,8 +7,9 @@
 //   - AddPopulatorFlags() declares wisp-populator's own flags.
 //   - CheckPopulatorSettings() fills node_name from the hostname when empty, checks it and creates
 //     volume_root; a bad one is an InvalidArgument naming the setting (main exits 2).
-//   - PopulatorApp::Start() opens wisp_volumes and wisp_sources, makes sure the WORK_POPULATE
-//     stream exists, serves wisp.v1.volume.* and this node's uploads and starts the workers.
+//   - PopulatorApp::Start() opens wisp_volumes and wisp_sources, makes sure the WISP_POPULATE
+//     stream exists (with jetstream-replicas), serves wisp.v1.volume.* and this node's uploads
+//     and starts the workers.
 //   - Stop(): running uploads end (their volumes go back to UploadReady), running imports hand
 //     their jobs back; raw downloads keep their checkpoints.
 //

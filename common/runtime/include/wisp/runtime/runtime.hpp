@@ -2,10 +2,15 @@
 // The process skeleton every wisp service shares, so each main.cpp only wires its own parts.
 //
 // Contract:
-//   - AddCommonFlags() declares the settings every service has (NATS, metrics, logging, drain).
+//   - AddCommonFlags() declares the settings every service has (NATS, metrics, logging, drain,
+//     JetStream replicas).
 //   - Secrets never come from the command line (`ps` shows it to every user): --nats-password and
 //     --nats-token are refused there; they come from their environment variables, the --config
 //     file, or --nats-password-file / --nats-token-file, read once by NatsOptions().
+//   - Buckets and streams opened through Process (OpenBucket, EnsureStream) get jetstream-replicas
+//     copies: created with them, raised in place when an existing one has fewer (the bus logs it),
+//     never lowered. More than the NATS cluster can place fails with one InvalidArgument line
+//     naming jetstream-replicas (main exits 2).
 //   - Process::Start() blocks SIGTERM/SIGINT/SIGHUP in every thread (before any thread exists),
 //   installs
 //     logging, connects the bus (retrying in the background while NATS is down, so a service can
@@ -59,6 +64,8 @@ struct CommonSettings {
   std::chrono::milliseconds drain_timeout = std::chrono::seconds(10);
   std::chrono::milliseconds bus_wait = std::chrono::minutes(2);
   int64_t serve_threads = 4;
+  // Copies JetStream keeps of each bucket and stream this service creates (1..5).
+  int64_t jetstream_replicas = 1;
 };
 
 void AddCommonFlags(config::Flags& flags, CommonSettings& settings);
@@ -77,6 +84,11 @@ absl::StatusOr<bus::NatsBusOptions> NatsOptions(const CommonSettings& settings,
 // when a URL has no scheme.
 absl::StatusOr<std::vector<std::string>> ParseNatsUrls(std::string_view text);
 
+// The start-up error for a bucket or stream JetStream cannot place with `replicas` (> 1) copies
+// (bus::IsReplicaPlacementError): one InvalidArgument line naming jetstream-replicas, what was
+// asked and what NATS said. Any other status, or any status with one copy, comes back as it is.
+absl::Status ExplainReplicaError(const absl::Status& status, int64_t replicas);
+
 class Process {
  public:
   static absl::StatusOr<std::unique_ptr<Process>> Start(std::string service,
@@ -93,7 +105,11 @@ class Process {
 
   // Opens (creating when missing) a KV bucket, retrying with backoff while NATS or JetStream is not
   // reachable yet, at most bus-wait; so a service started before its bus waits instead of exiting.
-  absl::StatusOr<bus::KeyValuePtr> OpenBucket(const bus::BucketConfig& config);
+  // The bucket's replicas are jetstream-replicas, whatever config.replicas says (see the contract).
+  absl::StatusOr<bus::KeyValuePtr> OpenBucket(bus::BucketConfig config);
+  // Creates or updates a JetStream stream with the same patience and the same replicas rule.
+  absl::Status EnsureStream(bus::StreamConfig config);
+  int jetstream_replicas() const { return static_cast<int>(settings_.jetstream_replicas); }
   // The same patience for any start-up call that needs the bus (streams, consumers).
   absl::Status RetryUntilBus(std::string_view what, const std::function<absl::Status()>& call);
 
