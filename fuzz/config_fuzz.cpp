@@ -1,5 +1,6 @@
 // Fuzzes wisp::config: the YAML settings file (--config) and the command line, with every kind of
-// setting declared (string, int, bool, duration with a validator, enum), plus ParseDuration.
+// setting declared (string, int, bool, duration with a validator, enum, a secret), plus
+// ParseDuration. Aborts if a validator is bypassed or a secret is accepted from the command line.
 //
 // Input: <YAML file> NUL <argv words, one per line>.
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +74,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                             : absl::InvalidArgumentError("must be at least 1s");
       });
   flags.Enum("failure-mode", &mode, {"open", "closed"}, "what to answer when the bus is down");
+  std::string password;
+  flags.String("password", &password, "a secret");
+  flags.Secret("WISP_PASSWORD or the --config file");
   std::vector<const char*> argv;
   for (const auto& w : words) argv.push_back(w.c_str());
   const absl::Status st = flags.Parse(static_cast<int>(argv.size()), argv.data());
@@ -79,6 +84,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Validators hold for whatever was accepted, from any source.
     if (port <= 0 || port >= 65536 || period < std::chrono::seconds(1)) abort();
     if (mode != "open" && mode != "closed") abort();
+    // A secret is never taken from the command line. Words after "--" are not flags, and the word
+    // after a flag that takes a value (without "=") is that value, whatever it looks like.
+    static const std::set<std::string> kTakesValue = {"--config", "--nats-url", "--port",
+                                                      "--key-rotation-period", "--failure-mode"};
+    for (size_t i = 1; i < words.size() && words[i] != "--"; ++i) {
+      if (words[i] == "--password" || words[i].rfind("--password=", 0) == 0) abort();
+      if (kTakesValue.count(words[i]) != 0) ++i;
+    }
   }
   if (flags.HelpRequested()) (void)flags.Help();
   return 0;

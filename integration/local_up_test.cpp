@@ -4,18 +4,26 @@
 //     wispctl given only endpoints.env (as README says: set -a; . endpoints.env; set +a) sees all
 //     four services answer;
 //   - wispctl without the client certificate, or without the CA, is refused;
-//   - SIGTERM stops everything with exit 0, and a second start reuses the CA and certificates.
+//   - SIGTERM stops everything with exit 0, and a second start reuses the CA and certificates;
+//   - no NATS password is on the command line of nats-server or any service (/proc/<pid>/cmdline,
+//     what `ps` shows every user);
+//   - Ctrl-C (SIGINT to the script's process group, as a terminal sends it) stops everything in a
+//     few seconds, every service draining while NATS is still up.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "wisp/integration/harness.hpp"
@@ -67,6 +75,24 @@ int FreeBelowEphemeral(const std::vector<int>& offsets, std::vector<int>& taken)
   return FreePort();
 }
 
+// Every process but this one whose command line mentions `needle`, with that command line (its
+// arguments as /proc/<pid>/cmdline holds them, NUL-separated).
+std::vector<std::pair<pid_t, std::string>> ProcessesMentioning(const std::string& needle) {
+  std::vector<std::pair<pid_t, std::string>> out;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return out;
+  while (dirent* e = ::readdir(proc)) {
+    const std::string name = e->d_name;
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (pid == ::getpid()) continue;
+    const std::string cmdline = fsutil::ReadFile("/proc/" + name + "/cmdline").value_or("");
+    if (cmdline.find(needle) != std::string::npos) out.emplace_back(pid, cmdline);
+  }
+  ::closedir(proc);
+  return out;
+}
+
 class LocalUpTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -76,6 +102,11 @@ class LocalUpTest : public ::testing::Test {
     nats_port_ = FreeBelowEphemeral({0, 4000}, taken);
     metrics_base_ = FreeBelowEphemeral({0, 1, 2, 3}, taken);
     gateway_port_ = FreeBelowEphemeral({0}, taken);
+  }
+  // local-up's children run under setsid, out of the script's process group, so the harness's
+  // group kill does not reach them: a failed test must not leave them running.
+  void TearDown() override {
+    for (const auto& [pid, cmdline] : ProcessesMentioning(state_->path())) ::kill(pid, SIGKILL);
   }
   absl::StatusOr<std::unique_ptr<Process>> Start(const std::string& log_name) {
     return Process::Start({.path = SourceDir() + "/scripts/local-up",
@@ -149,6 +180,66 @@ TEST_F(LocalUpTest, RunsTheStackOverNatsTls) {
   status = Status();
   EXPECT_EQ(status.exit_code, 0) << status.output;
   EXPECT_EQ((*again)->Terminate(30s), 0) << (*again)->Log();
+}
+
+// Tests that no secret is on a command line of the stack local-up starts, and that Ctrl-C stops it
+// in dependency order within seconds (services drain while NATS is up; nats-server last).
+TEST_F(LocalUpTest, NoSecretOnACommandLineAndCtrlCStopsInOrder) {
+  auto up = Start("local-up-ctrl-c");
+  ASSERT_TRUE(up.ok()) << up.status();
+  ASSERT_TRUE((*up)->WaitForLog("local-up: wisp is running", 120s).ok()) << (*up)->Log();
+
+  std::vector<std::string> passwords;
+  for (const auto& f : fs::directory_iterator(state_->path() + "/secrets")) {
+    const std::string file = f.path().filename().string();
+    if (file.rfind("nats-", 0) != 0) continue;
+    const std::string pw = fsutil::ReadTrimmedFile(f.path().string()).value_or("");
+    if (!pw.empty()) passwords.push_back(pw);
+  }
+  ASSERT_GE(passwords.size(), 5u) << "scripts/nats-auth made no passwords?";
+  const auto procs = ProcessesMentioning(state_->path());
+  for (const char* program :
+       {"nats-server", "wisp-token", "wisp-policy", "wisp-populator", "wisp-gateway"}) {
+    EXPECT_TRUE(
+        std::any_of(procs.begin(), procs.end(),
+                    [&](const auto& p) { return p.second.find(program) != std::string::npos; }))
+        << program << " not found among the stack's processes";
+  }
+  for (const auto& [pid, cmdline] : procs) {
+    std::string shown = cmdline;
+    std::replace(shown.begin(), shown.end(), '\0', ' ');
+    for (const std::string& pw : passwords) {
+      EXPECT_EQ(cmdline.find(pw), std::string::npos) << "pid " << pid << ": " << shown;
+    }
+    // No secret flag with a value either, whatever the value (split on the NULs).
+    size_t at = 0;
+    while (at < cmdline.size()) {
+      size_t end = cmdline.find('\0', at);
+      if (end == std::string::npos) end = cmdline.size();
+      const std::string arg = cmdline.substr(at, end - at);
+      EXPECT_NE(arg, "--nats-password") << shown;
+      EXPECT_NE(arg.rfind("--nats-password=", 0), 0u) << shown;
+      at = end + 1;
+    }
+  }
+
+  // Ctrl-C: SIGINT to the whole foreground process group, as a terminal sends it.
+  const auto interrupted = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(-(*up)->pid(), SIGINT), 0);
+  const auto code = (*up)->Wait(60s);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - interrupted).count();
+  std::printf("local-up: Ctrl-C to all gone in %.1f s\n", took);
+  RecordProperty("ctrl_c_stop_seconds", std::to_string(took));
+  EXPECT_EQ(code, 0) << (*up)->Log();
+  EXPECT_LT(took, 10.0) << (*up)->Log();
+  EXPECT_NE((*up)->Log().find("local-up: stopped in "), std::string::npos) << (*up)->Log();
+  EXPECT_TRUE(ProcessesMentioning(state_->path()).empty());
+  for (const char* svc : {"wisp-gateway", "wisp-populator", "wisp-policy", "wisp-token"}) {
+    const std::string log = fsutil::ReadFile(state_->path() + "/logs/" + svc + ".log").value_or("");
+    EXPECT_EQ(log.find("did not finish in time"), std::string::npos) << svc << ":\n" << log;
+    EXPECT_NE(log.find(std::string(svc) + " stopped"), std::string::npos) << svc << ":\n" << log;
+  }
 }
 
 }  // namespace

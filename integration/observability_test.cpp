@@ -111,8 +111,12 @@ TEST_F(ObservabilityTest, EveryQueriedMetricIsExportedAfterEveryFlow) {
       " --expiration-seconds 10" + Quoted(stack_->WispctlArgs()) + " 2>&1");
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.output.find("less than 10 minutes"), std::string::npos) << refused.output;
-  Wispctl({"token", "verify", "--token", jwt, "--audience", "wisp"});
-  (void)RunCommand(BinaryPath("wispctl") + " token exchange --token '" + jwt +
+  // A token goes by file, never on a command line.
+  TempDir dir("wisp-obs-token");
+  const std::string token_file = dir.path() + "/token";
+  std::ofstream(token_file) << jwt << "\n";
+  Wispctl({"token", "verify", "--token-file", token_file, "--audience", "wisp"});
+  (void)RunCommand(BinaryPath("wispctl") + " token exchange --token-file '" + token_file +
                    "' --audience storage.wisp.dev" + Quoted(stack_->WispctlArgs()) + " 2>&1");
   auto sts = stack_->Https("POST", "/v1/token", "grant_type=password",
                            {{"Content-Type", "application/x-www-form-urlencoded"}});

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
@@ -310,6 +311,97 @@ TEST_F(PopulateTest, WispctlShowsVolumes) {
   ASSERT_TRUE(watch.ok());
   EXPECT_EQ((*watch)->Wait(10s), 0) << (*watch)->Log();
   EXPECT_NE((*watch)->Log().find("Succeeded"), std::string::npos);
+}
+
+// Tests what becomes of a volume whose node is lost mid-import (issue 24, item 5). Its bytes are
+// node-local, so no other node takes the job over; a populator on another node fails it with
+// node_lost once no populator has answered on its node for --node-lost-after; the node's
+// populator, started again, acks the stale job and removes the partial bytes, and delete works.
+TEST_F(PopulateTest, ANodeLostMidImportFailsItsVolume) {
+  populator::testing::ServeOptions slow;
+  slow.bytes_per_second = 8 << 20;  // 64 MiB in about 8 s
+  http_.Serve("/slow-lost.raw", images_ + "/disk.raw", slow);
+  const std::string volumes_b = dir_.path() + "/volumes-b";
+  const std::string volumes_c = dir_.path() + "/volumes-c";
+  auto start = [&](const std::string& node, const std::string& root,
+                   std::vector<std::string> extra) -> std::unique_ptr<Process> {
+    std::vector<std::string> args = {
+        "--nats-url",        nats_->url(),
+        "--metrics-address", "127.0.0.1:" + std::to_string(integration::FreePort()),
+        "--volume-root",     root,
+        "--node-name",       node};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p = Process::Start({.path = integration::BinaryPath("wisp-populator"), .args = args});
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return nullptr;
+    EXPECT_TRUE((*p)->WaitForLog("serving volumes of node " + node, 20s).ok()) << (*p)->Log();
+    return *std::move(p);
+  };
+  auto node_b = start("it-b", volumes_b, {"--job-ack-wait", "2s"});
+  // The populator of another node, which notices node it-b going silent.
+  auto node_c =
+      start("it-c", volumes_c, {"--node-lost-after", "3s", "--node-check-interval", "250ms"});
+  ASSERT_TRUE(node_b && node_c);
+
+  v1::CreateVolumeRequest req;
+  req.mutable_spec()->set_name("lost-mid-import");
+  req.mutable_spec()->set_capacity_bytes(kImageBytes);
+  req.mutable_spec()->set_node("it-b");
+  *req.mutable_spec()->mutable_source() = Http(http_.Url("/slow-lost.raw"));
+  auto created = bus::Call<v1::CreateVolumeResponse>(*client_, subjects::kVolumeCreate, req, 5s);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string id = created->volume().volume_id();
+  auto until = std::chrono::steady_clock::now() + 30s;
+  for (;;) {
+    auto s = Get(id);
+    ASSERT_TRUE(s.ok()) << s.status();
+    if (s->bytes_read() > (8 << 20)) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << node_b->Log();
+    std::this_thread::sleep_for(50ms);
+  }
+  node_b->Kill();
+  const auto killed = std::chrono::steady_clock::now();
+  const std::string part = volumes_b + "/" + id + "/disk.img.part";
+  EXPECT_TRUE(std::filesystem::exists(part));
+
+  v1::VolumeStatus failed;
+  ASSERT_TRUE(integration::Eventually(
+      [&] {
+        auto s = Get(id);
+        if (s.ok()) failed = *s;
+        return s.ok() && s->phase() == v1::FAILED;
+      },
+      30s, 50ms))
+      << v1::VolumePhase_Name(failed.phase()) << " " << failed.message() << "\n"
+      << node_c->Log();
+  const double after =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::printf("node lost mid-import: volume FAILED %.1f s after the SIGKILL (node-lost-after 3s)\n",
+              after);
+  RecordProperty("node_lost_seconds", std::to_string(after));
+  EXPECT_GE(after, 3.0);
+  EXPECT_TRUE(failed.node_lost());
+  EXPECT_NE(failed.message().find("node it-b lost"), std::string::npos) << failed.message();
+  EXPECT_NE(node_c->Log().find("volume " + id + " failed: node it-b lost"), std::string::npos)
+      << node_c->Log();
+  // No other node ran the job.
+  EXPECT_FALSE(std::filesystem::exists(volumes_c + "/" + id));
+  EXPECT_FALSE(std::filesystem::exists(volumes_ + "/" + id));
+
+  // The node comes back: its stale job ends there, and its partial bytes go.
+  node_b = start("it-b", volumes_b, {"--job-ack-wait", "2s"});
+  ASSERT_TRUE(node_b);
+  EXPECT_TRUE(integration::Eventually([&] { return !std::filesystem::exists(part); }, 20s))
+      << node_b->Log();
+  auto still = Get(id);
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->phase(), v1::FAILED);
+  v1::DeleteVolumeRequest del;
+  del.set_volume_id(id);
+  auto deleted = bus::Call<v1::DeleteVolumeResponse>(*client_, subjects::kVolumeDelete, del, 10s);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_FALSE(std::filesystem::exists(volumes_b + "/" + id));
+  EXPECT_EQ(Get(id).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

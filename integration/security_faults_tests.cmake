@@ -22,6 +22,16 @@ wisp_add_test(faults_cluster_integration_test
   DEPS wisp::bus wisp::integration_harness
   LABELS integration)
 
+# JetStream replicas as configuration (issue 24): --jetstream-replicas of the real binaries against
+# one nats-server (1 serves, 3 refused in one line) and a 3-node cluster (R1 raised to R3 in place).
+wisp_add_test(jetstream_replicas_integration_test
+  SOURCES jetstream_replicas_test.cpp
+  DEPS wisp::bus wisp::integration_stack nlohmann_json::nlohmann_json
+  LABELS integration)
+if(TARGET jetstream_replicas_integration_test AND TARGET wisp-populator)
+  add_dependencies(jetstream_replicas_integration_test wisp-populator wisp-policy)
+endif()
+
 # Faults: two wisp-token replicas racing at start and at key rotation (about 80 s: the binary's
 # smallest rotation period is 1m and it checks every 10 s).
 wisp_add_test(faults_token_rotation_integration_test

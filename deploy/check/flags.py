@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that every wisp binary the compose file and the Helm chart run exists in BIN_DIR and
 accepts every flag, environment setting (WISP_<FLAG>) and subcommand they give it, by reading the
-binary's own `--help`.
+binary's own `--help`, and that none is given a secret on its command line.
 
   flags.py BIN_DIR COMPOSE_CONFIG_YAML MANIFESTS_JSON...
 
@@ -35,9 +35,14 @@ def help_words(bin_dir, binary, command=None):
         ok = p.returncode == 0
     except subprocess.TimeoutExpired:
         text, ok = "", False
+    # Secrets (--nats-password, ...) are accepted only from the environment or a file; their help
+    # block says "Not taken on the command line".
+    secrets = {m.group(1) for m in re.finditer(r"^    --([a-z0-9-]+)[^\n]*\n((?:        [^\n]*\n)*)",
+                                                text, re.M)
+               if "Not taken on the command line" in m.group(2)}
     words = {"flags": set(re.findall(r"--([a-z0-9][a-z0-9-]*)", text)),
              "words": set(re.findall(r"[a-z][a-z0-9-]*", text)),
-             "ok": ok, "text": text}
+             "secrets": secrets, "ok": ok, "text": text}
     _help_cache[key] = words
     return words
 
@@ -78,6 +83,9 @@ def check(where, argv, env, bin_dir, problems, checked):
             name = a[2:].split("=", 1)[0]
             if name not in h["flags"]:
                 problems.append(f"{where}: {binary} does not accept --{name} (not in its --help)")
+            elif name in h["secrets"]:
+                problems.append(f"{where}: {binary} --{name} puts a secret on the command line "
+                                f"(use --{name}-file or its environment variable)")
             if "=" not in a and i + 1 < len(args) and not args[i + 1].startswith("-"):
                 i += 1  # `--flag value`: the value is not a subcommand
         elif a.startswith("-"):

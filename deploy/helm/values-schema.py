@@ -36,7 +36,8 @@ schema={
   "issuerUrl":S(pattern="^(https://.+)?$", description="https URL or empty"),
   "nats":O({
     "enabled":B(),"image":img,"replicas":I(minimum=1),"clusterName":S(minLength=1),
-    "jetstream":O({"storageSize":S(minLength=1),"storageClassName":S(),"maxFileStore":S(pattern="^[0-9]+[KMGT]?B?$"),"maxMemoryStore":S(pattern="^[0-9]+[KMGT]?B?$")}),
+    "jetstream":O({"storageSize":S(minLength=1),"storageClassName":S(),"maxFileStore":S(pattern="^[0-9]+[KMGT]?B?$"),"maxMemoryStore":S(pattern="^[0-9]+[KMGT]?B?$"),
+      "replicas":I(minimum=0,maximum=5,description="Copies of every wisp bucket and stream (--jetstream-replicas); 0 = the in-chart cluster's size up to 3, or 1 with nats.external")}),
     "resources":res,
     "goRuntime":O({"gogc":I(minimum=-1,description="GOGC of nats-server: how far its heap grows past what is live before a collection (-1 = off); see docs/operations.md"),
       "memLimit":S(pattern=r"^([0-9]+(B|KiB|MiB|GiB|TiB))?$",description="GOMEMLIMIT of nats-server: collect harder when the heap nears it. Keep about 90% of resources.limits.memory; empty = none"),

@@ -26,9 +26,11 @@ COMMANDS
     `wispctl COMMAND --help` documents each command's options.
 
 ENVIRONMENT
-    WISP_NATS_URL, WISP_NATS_USER, WISP_NATS_PASSWORD, WISP_NATS_CA, WISP_NATS_CERT,
+    WISP_NATS_URL, WISP_NATS_USER, WISP_NATS_PASSWORD_FILE, WISP_NATS_CA, WISP_NATS_CERT,
     WISP_NATS_KEY, WISP_GATEWAY_URL, WISP_CA_FILE: as written by scripts/local-up to
     var/local/endpoints.env (`set -a; . var/local/endpoints.env; set +a`).
+    Secrets (--nats-password, --nats-token, --token) are refused on the command line, where
+    `ps` shows them to every user: use their -file forms or their WISP_* variables.
 
 EXIT STATUS
     0 success; 1 the operation failed; 2 bad usage.

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <limits>
 
+#include "absl/strings/cord.h"
+
 namespace wisp::bus {
 
 std::chrono::milliseconds Request::Remaining() const {
@@ -34,6 +36,20 @@ absl::Status StatusFromHeaders(const Headers& headers) {
   }
   if (message.empty()) message = std::string(StatusCodeName(code));
   return absl::Status(code, message);
+}
+
+namespace {
+constexpr char kNoRespondersUrl[] = "type.wisp.dev/bus.NoResponders";
+}  // namespace
+
+absl::Status NoRespondersError(std::string message) {
+  absl::Status status = absl::UnavailableError(std::move(message));
+  status.SetPayload(kNoRespondersUrl, absl::Cord("1"));
+  return status;
+}
+
+bool IsNoResponders(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kNoRespondersUrl).has_value();
 }
 
 void SetErrorHeaders(const absl::Status& status, Headers& headers) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "nats_internal.hpp"
+#include "wisp/bus/replicas.hpp"
 
 namespace wisp::bus::internal {
 
@@ -23,6 +24,7 @@ absl::Status FromNats(natsStatus s, std::string_view what) {
     case NATS_TIMEOUT:
       return absl::DeadlineExceededError(text);
     case NATS_NO_RESPONDERS:
+      return NoRespondersError(text);
     case NATS_CONNECTION_CLOSED:
     case NATS_CONNECTION_DISCONNECTED:
     case NATS_NO_SERVER:
@@ -66,6 +68,10 @@ absl::Status FromJs(natsStatus s, jsErrCode jerr, std::string_view what) {
       return absl::InvalidArgumentError(text);
     case JSNotEnabledErr:
       return absl::UnavailableError(text);
+    case JSStreamReplicasNotSupportedErr:
+    case JSInsufficientResourcesErr:
+    case JSClusterNoPeersErr:
+      return ReplicaPlacementError(text);
     default:
       break;
   }

@@ -241,6 +241,10 @@ void InstallServeOnLoops(ServeOnLoopsFn fn);
 // ---- nats_jetstream.cpp ----
 
 std::unique_ptr<JetStream> NewJetStream(NatsBus::Impl& impl);
+// Brings the existing stream `stream` to at least `wanted` replicas (bus::PlanReplicas: raised in
+// place with a JetStream stream update, never lowered) and logs a raise. NotFound when the stream
+// does not exist; a placement refusal is bus::ReplicaPlacementError.
+absl::Status RaiseReplicas(jsCtx* js, const std::string& stream, int wanted);
 
 }  // namespace wisp::bus::internal
 

@@ -1,8 +1,26 @@
 // NatsBus's JetStream: streams, durable pull consumers, publish with ack.
 #include "nats_internal.hpp"
+#include "wisp/bus/replicas.hpp"
 
 namespace wisp::bus::internal {
 namespace {
+
+void LogRaised(const std::string& stream, int had, int now) {
+  SPDLOG_LOGGER_INFO(Logger(), "raised JetStream stream {} from {} to {} replicas in place", stream,
+                     std::max(had, 1), now);
+}
+
+// A single nats-server refuses a new stream with more than one replica, but accepts an update of
+// an existing one to more (nats-server 2.9 keeps one copy and reports the number asked for). Its
+// stream info names no cluster: refuse the same way it refuses a new stream.
+absl::Status CheckClustered(const jsStreamInfo* si, const std::string& stream, int wanted) {
+  const bool clustered =
+      si->Cluster != nullptr && si->Cluster->Name != nullptr && *si->Cluster->Name != '\0';
+  if (wanted <= 1 || clustered) return absl::OkStatus();
+  return ReplicaPlacementError("stream " + stream + " asks for " + std::to_string(wanted) +
+                               " replicas: replicas > 1 not supported in non-clustered mode "
+                               "(the NATS server is not part of a JetStream cluster)");
+}
 
 class NatsJsMessage final : public JsMessage {
  public:
@@ -106,8 +124,22 @@ class NatsJetStream final : public JetStream {
     jsErrCode jerr = static_cast<jsErrCode>(0);
     natsStatus s = js_AddStream(&si, impl_->js, &sc, nullptr, &jerr);
     if (s != NATS_OK && jerr == JSStreamNameExistErr) {
+      // It exists with another configuration: update it to this one, except that its replicas
+      // are only ever raised (PlanReplicas), so a service started with a smaller
+      // jetstream-replicas does not take copies away.
+      jsStreamInfo* current = nullptr;
+      jerr = static_cast<jsErrCode>(0);
+      s = js_GetStreamInfo(&current, impl_->js, sc.Name, nullptr, &jerr);
+      if (s != NATS_OK) return FromJs(s, jerr, "reading stream " + config.name);
+      const int had = static_cast<int>(current->Config->Replicas);
+      absl::Status clustered = CheckClustered(current, config.name, config.replicas);
+      jsStreamInfo_Destroy(current);
+      WISP_RETURN_IF_ERROR(clustered);
+      const ReplicaPlan plan = PlanReplicas(had, config.replicas);
+      sc.Replicas = plan.target;
       jerr = static_cast<jsErrCode>(0);
       s = js_UpdateStream(&si, impl_->js, &sc, nullptr, &jerr);
+      if (s == NATS_OK && plan.raise) LogRaised(config.name, had, plan.target);
     }
     if (si != nullptr) jsStreamInfo_Destroy(si);
     return FromJs(s, jerr, "ensuring stream " + config.name);
@@ -181,6 +213,42 @@ class NatsJetStream final : public JetStream {
 };
 
 }  // namespace
+
+absl::Status RaiseReplicas(jsCtx* js, const std::string& stream, int wanted) {
+  jsStreamInfo* si = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  natsStatus s = js_GetStreamInfo(&si, js, stream.c_str(), nullptr, &jerr);
+  if (s != NATS_OK) return FromJs(s, jerr, "reading stream " + stream);
+  if (absl::Status clustered = CheckClustered(si, stream, wanted); !clustered.ok()) {
+    jsStreamInfo_Destroy(si);
+    return clustered;
+  }
+  const int had = static_cast<int>(si->Config->Replicas);
+  const ReplicaPlan plan = PlanReplicas(had, wanted);
+  if (plan.raise) {
+    // The stream's own configuration with only the replicas changed: an update replaces the whole
+    // configuration, so nothing else may differ.
+    si->Config->Replicas = plan.target;
+    jsStreamInfo* updated = nullptr;
+    jerr = static_cast<jsErrCode>(0);
+    s = js_UpdateStream(&updated, js, si->Config, nullptr, &jerr);
+    int now = plan.target;
+    if (updated != nullptr) {
+      now = static_cast<int>(updated->Config->Replicas);
+      jsStreamInfo_Destroy(updated);
+    }
+    if (s == NATS_OK && now < plan.target) {
+      // A server that accepted the update but kept fewer copies cannot place them either.
+      jsStreamInfo_Destroy(si);
+      return ReplicaPlacementError("raising the replicas of stream " + stream + " to " +
+                                   std::to_string(plan.target) + ": the server kept " +
+                                   std::to_string(std::max(now, 1)));
+    }
+    if (s == NATS_OK) LogRaised(stream, had, plan.target);
+  }
+  jsStreamInfo_Destroy(si);
+  return FromJs(s, jerr, "raising the replicas of stream " + stream);
+}
 
 std::unique_ptr<JetStream> NewJetStream(NatsBus::Impl& impl) {
   return std::make_unique<NatsJetStream>(&impl);

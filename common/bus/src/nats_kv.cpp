@@ -2,6 +2,7 @@
 #include <thread>
 
 #include "nats_internal.hpp"
+#include "wisp/bus/replicas.hpp"
 
 namespace wisp::bus {
 namespace internal {
@@ -183,6 +184,7 @@ using namespace internal;
 absl::StatusOr<KeyValuePtr> NatsBus::OpenBucket(const BucketConfig& config) {
   if (config.name.empty()) return absl::InvalidArgumentError("bucket name is empty");
   kvStore* kv = nullptr;
+  bool created = false;
   natsStatus s = js_KeyValue(&kv, impl_->js, config.name.c_str());
   if (s == NATS_NOT_FOUND) {
     kvConfig kc;
@@ -190,17 +192,32 @@ absl::StatusOr<KeyValuePtr> NatsBus::OpenBucket(const BucketConfig& config) {
     kc.Bucket = config.name.c_str();
     kc.History = static_cast<uint8_t>(std::clamp(config.history, 1, 64));
     kc.TTL = Ns(config.ttl);
-    kc.Replicas = config.replicas;
+    kc.Replicas = std::clamp(config.replicas, 1, kMaxReplicas);
     if (config.max_value_size > 0) kc.MaxValueSize = static_cast<int32_t>(config.max_value_size);
     kc.StorageType = js_FileStorage;
     s = js_CreateKeyValue(&kv, impl_->js, &kc);
+    created = s == NATS_OK;
     if (s != NATS_OK) {
+      absl::Status failed = FromNats(s, "creating bucket " + config.name + " with " +
+                                            std::to_string(kc.Replicas) + " replicas");
       // Another instance may have created it at the same moment.
-      if (js_KeyValue(&kv, impl_->js, config.name.c_str()) == NATS_OK) s = NATS_OK;
+      if (js_KeyValue(&kv, impl_->js, config.name.c_str()) == NATS_OK) {
+        s = NATS_OK;
+      } else if (IsReplicaPlacementText(std::string(failed.message()))) {
+        // nats.c keeps the server's text but not its error code here.
+        return ReplicaPlacementError(std::string(failed.message()));
+      } else {
+        return failed;
+      }
     }
   }
   if (s != NATS_OK) return FromNats(s, "opening bucket " + config.name);
-  return KeyValuePtr(std::make_unique<NatsKeyValue>(kv, config.name));
+  auto opened = KeyValuePtr(std::make_unique<NatsKeyValue>(kv, config.name));
+  if (!created) {
+    // An existing bucket, perhaps from a release (or a chart) that made it with one copy.
+    WISP_RETURN_IF_ERROR(RaiseReplicas(impl_->js, "KV_" + config.name, config.replicas));
+  }
+  return opened;
 }
 
 }  // namespace wisp::bus

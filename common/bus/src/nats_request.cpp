@@ -87,8 +87,8 @@ std::optional<uint64_t> ReplyId(natsMsg* msg) {
 
 absl::StatusOr<Message> ReplyOutcome(natsMsg* msg, const std::string& subject) {
   if (natsMsg_IsNoResponders(msg)) {
-    return absl::UnavailableError("request on " + subject + ": " +
-                                  natsStatus_GetText(NATS_NO_RESPONDERS));
+    return NoRespondersError("request on " + subject + ": " +
+                             natsStatus_GetText(NATS_NO_RESPONDERS));
   }
   Message out = ToMessage(msg);
   WISP_RETURN_IF_ERROR(StatusFromHeaders(out.headers));

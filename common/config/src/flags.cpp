@@ -98,6 +98,8 @@ struct Flags::Impl {
     // Parses and stores a value; the message names neither the setting nor its source (the caller
     // does).
     std::function<absl::Status(const std::string&)> set;
+    // Non-empty: a secret, refused on the command line; what to use instead.
+    std::string secret_instead = {};
   };
   std::string program;
   std::string summary;
@@ -222,6 +224,10 @@ void Flags::Env(std::string env_name) {
   if (!impl_->settings.empty()) impl_->settings.back().env = std::move(env_name);
 }
 
+void Flags::Secret(std::string instead) {
+  if (!impl_->settings.empty()) impl_->settings.back().secret_instead = std::move(instead);
+}
+
 absl::Status Flags::Parse(int argc, const char* const* argv) {
   std::map<std::string, std::pair<std::string, std::string>> from_flags;  // name -> (value, source)
   std::string config_file;
@@ -269,6 +275,13 @@ absl::Status Flags::Parse(int argc, const char* const* argv) {
     }
     if (s == nullptr) {
       return absl::InvalidArgumentError("--" + name + ": unknown flag (see --help)");
+    }
+    if (!s->secret_instead.empty()) {
+      // Refused whatever the value: by the time a warning could be read, `ps` has shown it.
+      return absl::InvalidArgumentError("--" + name +
+                                        ": a secret is not taken on the command line, where ps "
+                                        "shows it to every user of the machine; use " +
+                                        s->secret_instead);
     }
     if (!value) {
       if (s->type == "bool") {
@@ -421,6 +434,11 @@ std::string Flags::Help() const {
                                                : " VALUE";
     o << "    --" << s.name << value << "\n";
     o << Wrap(s.help, "        ");
+    if (!s.secret_instead.empty()) {
+      o << Wrap("Not taken on the command line (ps would show it to every user): use " +
+                    s.secret_instead + ".",
+                "        ");
+    }
     o << "        env " << s.env << "; default "
       << (s.default_text.empty() ? "(empty)" : Quote(s.default_text)) << "\n\n";
   }

@@ -136,6 +136,50 @@ TEST(FlagsTest, HelpDocumentsEverySetting) {
   }
 }
 
+// Tests that a secret is refused on the command line, naming what to use instead and never its
+// value, while its environment variable and YAML key still set it.
+TEST(FlagsTest, SecretOnlyFromEnvironmentOrFile) {
+  std::string password;
+  auto declare = [&password](Flags& flags) {
+    flags.String("nats-password", &password, "NATS password");
+    flags.Secret("--nats-password-file FILE or WISP_NATS_PASSWORD");
+  };
+  for (const std::vector<const char*>& args :
+       {std::vector<const char*>{"--nats-password", "hunter2"},
+        std::vector<const char*>{"--nats-password=hunter2"}}) {
+    Flags flags("prog", "test");
+    declare(flags);
+    auto st = ParseArgs(flags, args);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(st.message())
+                  .rfind("--nats-password: a secret is not taken on the "
+                         "command line",
+                         0),
+              0u)
+        << st.message();
+    EXPECT_NE(std::string(st.message()).find("--nats-password-file FILE or WISP_NATS_PASSWORD"),
+              std::string::npos)
+        << st.message();
+    EXPECT_EQ(std::string(st.message()).find("hunter2"), std::string::npos) << st.message();
+    EXPECT_TRUE(password.empty());
+  }
+
+  setenv("WISP_NATS_PASSWORD", "from-env", 1);
+  Flags env("prog", "test");
+  declare(env);
+  ASSERT_TRUE(ParseArgs(env, {}).ok());
+  unsetenv("WISP_NATS_PASSWORD");
+  EXPECT_EQ(password, "from-env");
+
+  const std::string file = testing::TempDir() + "/flags_secret.yaml";
+  std::ofstream(file) << "nats-password: from-file\n";
+  Flags yaml("prog", "test");
+  declare(yaml);
+  ASSERT_TRUE(ParseArgs(yaml, {"--config", file.c_str()}).ok());
+  EXPECT_EQ(password, "from-file");
+  EXPECT_NE(yaml.Help().find("Not taken on the command line"), std::string::npos);
+}
+
 // Tests the Go-style duration grammar.
 TEST(FlagsTest, Durations) {
   EXPECT_EQ(*ParseDuration("250ms"), std::chrono::milliseconds(250));

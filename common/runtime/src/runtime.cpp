@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "wisp/bus/nats_bus.hpp"
+#include "wisp/bus/replicas.hpp"
+#include "wisp/fsutil/read_file.hpp"
 #include "wisp/log/log.hpp"
 
 namespace wisp::runtime {
@@ -16,10 +18,19 @@ void AddNatsFlags(config::Flags& flags, CommonSettings& s) {
                "NATS server URLs, comma separated (several = the members of a NATS cluster; "
                "tls:// for TLS).");
   flags.String("nats-user", &s.nats_user, "NATS user name (with --nats-password).");
-  flags.String("nats-password", &s.nats_password,
-               "NATS password. Prefer the environment variable.");
+  flags.String("nats-password", &s.nats_password, "NATS password (with --nats-user).");
+  flags.Secret(
+      "--nats-password-file FILE, the environment variable WISP_NATS_PASSWORD, or the "
+      "key nats-password in the --config file");
+  flags.String("nats-password-file", &s.nats_password_file,
+               "File holding the NATS password (a trailing newline is dropped), read at start-up.");
   flags.String("nats-creds", &s.nats_creds, "NATS credentials file (JWT + nkey seed).");
   flags.String("nats-token", &s.nats_token, "NATS authentication token.");
+  flags.Secret(
+      "--nats-token-file FILE, the environment variable WISP_NATS_TOKEN, or the key "
+      "nats-token in the --config file");
+  flags.String("nats-token-file", &s.nats_token_file,
+               "File holding the NATS authentication token, read at start-up.");
   flags.String("nats-ca", &s.nats_ca, "CA bundle that verifies the NATS servers' certificates.");
   flags.String("nats-cert", &s.nats_cert, "Client certificate for NATS TLS (with --nats-key).");
   flags.String("nats-key", &s.nats_key, "Client key for NATS TLS.");
@@ -28,6 +39,27 @@ void AddNatsFlags(config::Flags& flags, CommonSettings& s) {
                "(for example _INBOX.wisp-token), so NATS can let each service user subscribe to "
                "its own replies and nobody else's.");
 }
+
+namespace {
+
+// A secret given as a value (environment or --config file) or by file, never both.
+absl::StatusOr<std::string> SecretValue(const std::string& value, const std::string& file,
+                                        const std::string& name) {
+  if (file.empty()) return value;
+  if (!value.empty()) {
+    return absl::InvalidArgumentError(name + " and " + name +
+                                      "-file are both set; give the secret once");
+  }
+  auto read = fsutil::ReadTrimmedFile(file);
+  if (!read.ok()) {
+    return absl::InvalidArgumentError(name + "-file: cannot read " +
+                                      std::string(read.status().message()));
+  }
+  if (read->empty()) return absl::InvalidArgumentError(name + "-file: " + file + " is empty");
+  return *std::move(read);
+}
+
+}  // namespace
 
 absl::StatusOr<bus::NatsBusOptions> NatsOptions(const CommonSettings& settings,
                                                 const std::string& name) {
@@ -38,9 +70,12 @@ absl::StatusOr<bus::NatsBusOptions> NatsOptions(const CommonSettings& settings,
   WISP_ASSIGN_OR_RETURN(options.servers, ParseNatsUrls(settings.nats_url));
   options.name = name;
   options.user = settings.nats_user;
-  options.password = settings.nats_password;
+  WISP_ASSIGN_OR_RETURN(
+      options.password,
+      SecretValue(settings.nats_password, settings.nats_password_file, "nats-password"));
   options.creds_file = settings.nats_creds;
-  options.token = settings.nats_token;
+  WISP_ASSIGN_OR_RETURN(options.token,
+                        SecretValue(settings.nats_token, settings.nats_token_file, "nats-token"));
   options.tls_ca_file = settings.nats_ca;
   options.tls_cert_file = settings.nats_cert;
   options.tls_key_file = settings.nats_key;
@@ -67,6 +102,30 @@ void AddCommonFlags(config::Flags& flags, CommonSettings& s) {
               return n >= 1 && n <= 256 ? absl::OkStatus()
                                         : absl::InvalidArgumentError("must be between 1 and 256");
             });
+  flags.Int(
+      "jetstream-replicas", &s.jetstream_replicas,
+      "Copies JetStream keeps of every bucket and stream this service creates "
+      "(wisp_keys, wisp_volumes, WISP_POPULATE, ...): 1 for a single nats-server, 3 for "
+      "a 3-node NATS cluster (one server may then be lost without losing state). An "
+      "existing bucket or stream with fewer copies is raised in place at start-up and the "
+      "service logs it; one with more is left as it is. More than the cluster can place "
+      "fails at start-up.",
+      [](int64_t n) {
+        return n >= 1 && n <= bus::kMaxReplicas
+                   ? absl::OkStatus()
+                   : absl::InvalidArgumentError("must be between 1 and 5 (JetStream's limit)");
+      });
+}
+
+absl::Status ExplainReplicaError(const absl::Status& status, int64_t replicas) {
+  // With one copy the setting is not the cause (JetStream says "insufficient resources" for a
+  // full store too).
+  if (replicas <= 1 || !bus::IsReplicaPlacementError(status)) return status;
+  return absl::InvalidArgumentError(
+      "jetstream-replicas: NATS cannot keep " + std::to_string(replicas) + " copies (" +
+      std::string(status.message()) +
+      "); set jetstream-replicas to at most the number of JetStream servers in the cluster "
+      "that are up (1 for a single nats-server)");
 }
 
 absl::StatusOr<std::vector<std::string>> ParseNatsUrls(std::string_view text) {
@@ -177,15 +236,25 @@ absl::Status Process::RetryUntilBus(std::string_view what,
   }
 }
 
-absl::StatusOr<bus::KeyValuePtr> Process::OpenBucket(const bus::BucketConfig& config) {
+absl::StatusOr<bus::KeyValuePtr> Process::OpenBucket(bus::BucketConfig config) {
+  config.replicas = jetstream_replicas();
   bus::KeyValuePtr kv;
-  WISP_RETURN_IF_ERROR(RetryUntilBus("waiting for JetStream", [&]() -> absl::Status {
-    auto opened = bus_->OpenBucket(config);
-    if (!opened.ok()) return opened.status();
-    kv = std::move(*opened);
-    return absl::OkStatus();
-  }));
+  WISP_RETURN_IF_ERROR(ExplainReplicaError(RetryUntilBus("waiting for JetStream",
+                                                         [&]() -> absl::Status {
+                                                           auto opened = bus_->OpenBucket(config);
+                                                           if (!opened.ok()) return opened.status();
+                                                           kv = std::move(*opened);
+                                                           return absl::OkStatus();
+                                                         }),
+                                           config.replicas));
   return kv;
+}
+
+absl::Status Process::EnsureStream(bus::StreamConfig config) {
+  config.replicas = jetstream_replicas();
+  return ExplainReplicaError(
+      RetryUntilBus("waiting for JetStream", [&] { return bus_->Js().EnsureStream(config); }),
+      config.replicas);
 }
 
 absl::StatusOr<bus::Service*> Process::RegisterService(std::string description) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -143,7 +144,24 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port, const st
   }
   resp.status = std::atoi(raw.substr(9, 3).c_str());
   const size_t body = raw.find("\r\n\r\n");
-  if (body != std::string::npos) resp.body = raw.substr(body + 4);
+  if (body == std::string::npos) return resp;
+  resp.body = raw.substr(body + 4);
+  std::string head = raw.substr(0, body);
+  for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (head.find("\r\ntransfer-encoding: chunked") != std::string::npos) {
+    // A large answer from a Go server (nats-server's /jsz) comes in chunks: <hex size>\r\n...
+    std::string joined;
+    size_t at = 0;
+    while (at < resp.body.size()) {
+      const size_t eol = resp.body.find("\r\n", at);
+      if (eol == std::string::npos) break;
+      const size_t size = std::strtoul(resp.body.substr(at, eol - at).c_str(), nullptr, 16);
+      if (size == 0) break;
+      joined += resp.body.substr(eol + 2, size);
+      at = eol + 2 + size + 2;
+    }
+    resp.body = std::move(joined);
+  }
   return resp;
 }
 

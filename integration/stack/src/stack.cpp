@@ -110,10 +110,15 @@ std::string Stack::NatsPassword(const std::string& user) const {
   return NatsAuthPassword(dir_->path() + "/secrets", user);
 }
 
+std::string Stack::NatsPasswordFile(const std::string& user) const {
+  return dir_->path() + "/secrets/nats-" + user + ".password";
+}
+
 std::vector<std::string> Stack::WispctlArgs() const {
   std::vector<std::string> args = {"--nats-url", nats_->url()};
   if (options_.auth) {
-    args.insert(args.end(), {"--nats-user", "wispctl", "--nats-password", NatsPassword("wispctl")});
+    args.insert(args.end(),
+                {"--nats-user", "wispctl", "--nats-password-file", NatsPasswordFile("wispctl")});
   }
   return args;
 }
@@ -128,7 +133,8 @@ std::vector<std::string> Stack::ArgsFor(const std::string& service) const {
     const std::string user = service == "wisp-gateway" && options_.gateway_node_user
                                  ? std::string("wisp-gateway-node-a")
                                  : service;
-    args.insert(args.end(), {"--nats-user", user, "--nats-password", NatsPassword(user)});
+    // The password by file, as scripts/local-up passes it: never a secret on a command line.
+    args.insert(args.end(), {"--nats-user", user, "--nats-password-file", NatsPasswordFile(user)});
     if (user != service) args.insert(args.end(), {"--nats-inbox-prefix", "_INBOX." + user});
   }
   const std::string issuer = "https://localhost:" + std::to_string(gateway_port_);

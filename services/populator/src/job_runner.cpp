@@ -114,8 +114,6 @@ bus::ConsumerConfig JobRunner::ConsumerConfig() const {
   return c;
 }
 
-absl::Status JobRunner::EnsureStream() { return js_.EnsureStream(StreamConfig()); }
-
 absl::StatusOr<bus::PullConsumerPtr> JobRunner::Subscribe() {
   return js_.PullSubscribe(bus::streams::kPopulateJobs, ConsumerConfig());
 }
@@ -134,6 +132,7 @@ void JobRunner::Finish(bus::JsMessage& msg, const std::string& id, const ImportR
     s.set_phase(external ? v1::PENDING_POPULATION : v1::SUCCEEDED);
     s.set_progress(kProgressDone);
     s.set_message("");
+    s.set_node_lost(false);  // done after all, if this node was thought lost meanwhile
     s.set_format(result.format.empty() ? s.format() : result.format);
     if (!result.sha256.empty()) s.set_sha256(result.sha256);
     if (result.virtual_size > 0) s.set_virtual_size(static_cast<int64_t>(result.virtual_size));
@@ -185,6 +184,9 @@ void JobRunner::Process(bus::JsMessage& msg) {
   }
   v1::VolumePhase phase = current->first.phase();
   if (IsTerminal(phase) || phase == v1::DELETING) {
+    // Failed elsewhere while this node did not answer (LostNodeSweeper): what an earlier attempt
+    // left here is of no use any more.
+    if (phase == v1::FAILED && current->first.node_lost()) Importer::Cleanup(dir);
     (void)msg.Ack();
     return;
   }
@@ -212,6 +214,7 @@ void JobRunner::Process(bus::JsMessage& msg) {
   metrics_.jobs_in_progress.Increment();
   absl::StatusOr<ImportResult> result = absl::UnknownError("not run");
   bool deleted = false;
+  bool lost = false;  // failed elsewhere while this node did not answer (LostNodeSweeper)
   if (!spec.ok()) {
     result = spec.status();
   } else {
@@ -225,6 +228,10 @@ void JobRunner::Process(bus::JsMessage& msg) {
           deleted = true;
           return false;
         }
+        if (s.phase() == v1::FAILED && s.node_lost()) {
+          lost = true;
+          return false;
+        }
         s.set_progress(FormatProgress(p.Ratio()));
         s.set_bytes_read(static_cast<int64_t>(p.bytes_read));
         s.set_bytes_written(static_cast<int64_t>(p.bytes_written));
@@ -232,6 +239,7 @@ void JobRunner::Process(bus::JsMessage& msg) {
       });
       if (!st.ok() && st.status().code() == absl::StatusCode::kNotFound) deleted = true;
       if (deleted) return absl::CancelledError("volume was deleted");
+      if (lost) return absl::CancelledError("volume was failed while this node was lost");
       return absl::OkStatus();
     };
     result = importer_.Run(*spec, progress);
@@ -247,6 +255,16 @@ void JobRunner::Process(bus::JsMessage& msg) {
   if (deleted) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
+    (void)msg.Ack();
+    return;
+  }
+  if (lost) {
+    // Its record says FAILED (node lost) and is left so: the partial bytes go, the job ends.
+    SPDLOG_LOGGER_WARN(log,
+                       "import of {} stopped: the volume was failed while this node did not "
+                       "answer",
+                       id);
+    Importer::Cleanup(dir);
     (void)msg.Ack();
     return;
   }

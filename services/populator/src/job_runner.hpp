@@ -17,9 +17,12 @@
 //     finds it just records SUCCEEDED.
 //   - Stop(): running imports are interrupted and Nak'ed at once for another instance.
 //   - the volume was deleted meanwhile: the import stops, the job is acked, the directory removed.
+//   - the volume was failed as node_lost meanwhile (LostNodeSweeper on another node, while this
+//     one did not answer): the import stops, its partial bytes are removed, the job is acked. A
+//     job of this node is never run by another node: the bytes are node-local (lost_nodes.hpp).
 //
 //   JobRunner runner(bus.Js(), service.store(), importer, metrics, clock, config);
-//   WISP_RETURN_IF_ERROR(runner.EnsureStream());
+//   WISP_RETURN_IF_ERROR(process.EnsureStream(JobRunner::StreamConfig()));  // jetstream-replicas
 //   WISP_RETURN_IF_ERROR(runner.StartWorkers(2));
 //   ...
 //   runner.Stop();
@@ -59,9 +62,9 @@ class JobRunner {
             Clock& clock, JobRunnerConfig config);
   ~JobRunner();
 
+  // WISP_POPULATE with one replica; runtime::Process::EnsureStream applies jetstream-replicas.
   static bus::StreamConfig StreamConfig();
   bus::ConsumerConfig ConsumerConfig() const;
-  absl::Status EnsureStream();
   absl::StatusOr<bus::PullConsumerPtr> Subscribe();
 
   // Fetches at most one job, waiting up to `wait`, and runs it to its end. False when none came.

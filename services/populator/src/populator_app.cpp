@@ -36,6 +36,17 @@ void AddPopulatorFlags(config::Flags& flags, PopulatorSettings& s) {
   flags.Duration("upload-idle-timeout", &s.upload_idle,
                  "An upload that sends no data this long is discarded (the volume goes back to "
                  "UploadReady).");
+  flags.Duration("node-lost-after", &s.node_lost_after,
+                 "A node on which no populator has answered this long is lost: its volumes still "
+                 "waiting for population fail with a message saying so (their bytes are "
+                 "node-local, so no other node can make them). 0 never gives up on a node.");
+  flags.Duration("node-check-interval", &s.node_check_interval,
+                 "How often each populator asks the nodes with waiting volumes whether a "
+                 "populator answers there.",
+                 [](const std::chrono::milliseconds& d) {
+                   return d.count() > 0 ? absl::OkStatus()
+                                        : absl::InvalidArgumentError("must be > 0");
+                 });
 }
 
 absl::Status CheckPopulatorSettings(PopulatorSettings& s) {
@@ -86,7 +97,7 @@ absl::StatusOr<std::unique_ptr<PopulatorApp>> PopulatorApp::Start(const Populato
           .volume_root = s.volume_root,
           .idle_timeout = s.upload_idle,
           .stale_after = std::max<std::chrono::milliseconds>(2 * s.upload_idle, 10s)});
-  WISP_RETURN_IF_ERROR(app->runner_->EnsureStream());
+  WISP_RETURN_IF_ERROR(process.EnsureStream(JobRunner::StreamConfig()));
   WISP_ASSIGN_OR_RETURN(
       bus::Service * micro,
       process.RegisterService("volume population: import, blank, clone, upload; node " +
@@ -94,6 +105,12 @@ absl::StatusOr<std::unique_ptr<PopulatorApp>> PopulatorApp::Start(const Populato
   WISP_RETURN_IF_ERROR(app->service_->Serve(micro));
   WISP_RETURN_IF_ERROR(app->uploads_->Serve(micro));
   WISP_RETURN_IF_ERROR(app->runner_->StartWorkers(static_cast<int>(s.workers)));
+  app->lost_nodes_ =
+      std::make_unique<LostNodeSweeper>(app->service_->store(), bus, clock, *app->metrics_,
+                                        LostNodeConfig{.node_name = s.node_name,
+                                                       .lost_after = s.node_lost_after,
+                                                       .interval = s.node_check_interval});
+  app->lost_nodes_->Start();
   SPDLOG_LOGGER_INFO(log::Get("populator"), "serving volumes of node {} from {} with {} workers",
                      s.node_name, s.volume_root, s.workers);
   return app;
@@ -102,6 +119,7 @@ absl::StatusOr<std::unique_ptr<PopulatorApp>> PopulatorApp::Start(const Populato
 PopulatorApp::~PopulatorApp() { Stop(); }
 
 void PopulatorApp::Stop() {
+  if (lost_nodes_) lost_nodes_->Stop();
   if (uploads_) uploads_->Stop();  // running uploads end; their volumes go back to UploadReady
   if (runner_)
     runner_->Stop();  // running imports hand their jobs back; raw downloads keep

@@ -7,8 +7,10 @@
 //   - AddPopulatorFlags() declares wisp-populator's own flags.
 //   - CheckPopulatorSettings() fills node_name from the hostname when empty, checks it and creates
 //     volume_root; a bad one is an InvalidArgument naming the setting (main exits 2).
-//   - PopulatorApp::Start() opens wisp_volumes and wisp_sources, makes sure the WORK_POPULATE
-//     stream exists, serves wisp.v1.volume.* and this node's uploads and starts the workers.
+//   - PopulatorApp::Start() opens wisp_volumes and wisp_sources, makes sure the WISP_POPULATE
+//     stream exists (with jetstream-replicas), serves wisp.v1.volume.* and this node's uploads,
+//     starts the workers and the sweep that fails the waiting volumes of lost nodes
+//     (lost_nodes.hpp).
 //   - Stop(): running uploads end (their volumes go back to UploadReady), running imports hand
 //     their jobs back; raw downloads keep their checkpoints.
 //
@@ -26,6 +28,7 @@
 
 #include "importer.hpp"
 #include "job_runner.hpp"
+#include "lost_nodes.hpp"
 #include "populator_metrics.hpp"
 #include "upload_service.hpp"
 #include "volume_service.hpp"
@@ -47,6 +50,8 @@ struct PopulatorSettings {
   std::chrono::milliseconds backoff_max = std::chrono::minutes(1);
   std::chrono::milliseconds http_timeout = std::chrono::seconds(60);
   std::chrono::milliseconds upload_idle = std::chrono::seconds(60);
+  std::chrono::milliseconds node_lost_after = std::chrono::minutes(10);
+  std::chrono::milliseconds node_check_interval = std::chrono::seconds(30);
 };
 
 void AddPopulatorFlags(config::Flags& flags, PopulatorSettings& settings);
@@ -70,6 +75,7 @@ class PopulatorApp {
   std::unique_ptr<VolumeService> service_;
   std::unique_ptr<JobRunner> runner_;
   std::unique_ptr<UploadService> uploads_;
+  std::unique_ptr<LostNodeSweeper> lost_nodes_;
 };
 
 }  // namespace wisp::populator

@@ -453,6 +453,19 @@ bus::Reply VolumeService::HandleDelete(const bus::Request& request, bool node_su
   }
   auto timeout = std::min(request.Remaining(), config_.forward_timeout);
   auto reply = bus_.Request(subjects::Node(node, "volume.delete"), request.msg.data, timeout);
+  if (!reply.ok() && marked->node_lost() && bus::IsNoResponders(reply.status())) {
+    // Failed because its node was lost (LostNodeSweeper), and that node still has no populator:
+    // nothing can be removed there now. Drop the record; if the node comes back, its populator
+    // finds the queued job's volume gone, removes the directory and acks the job (JobRunner).
+    if (auto st = store_.Delete(id); !st.ok() && st.code() != absl::StatusCode::kNotFound) {
+      return bus::Reply::Error(st);
+    }
+    SPDLOG_LOGGER_INFO(log::Get("volume"),
+                       "volume {} deleted without its lost node {} (its directory there stays "
+                       "until a populator runs on that node again)",
+                       id, node);
+    return bus::ProtoReply(v1::DeleteVolumeResponse());
+  }
   if (!reply.ok()) {
     return bus::Reply::Error(
         absl::Status(reply.status().code(), "deleting volume " + id + " on node " + node + ": " +

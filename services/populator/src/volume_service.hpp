@@ -12,7 +12,8 @@
 //     placed on the node of the instance that answers it.
 //   - delete on the general subject marks the volume DELETING and, when the volume lives on
 //     another node, forwards to subjects::Node(node, "volume.delete"); that node removes the
-//     directory and the record. A node with no populator answers no one: Unavailable (retry).
+//     directory and the record. A node with no populator answers no one: Unavailable (retry),
+//     except for a volume failed as node_lost (lost_nodes.hpp), whose record is removed at once.
 //
 // Sources, in order: an explicit spec.source (CSI content source / wispctl); else the admission
 // record in wisp_sources for the PVC named by csi.storage.k8s.io/pvc/{namespace,name}

@@ -24,9 +24,15 @@ TEST(PopulatorAppTest, FlagsAndDefaults) {
   EXPECT_EQ(s.upload_idle, std::chrono::seconds(90));
   EXPECT_EQ(s.volume_root, "/var/lib/wisp/volumes");
   EXPECT_EQ(s.checkpoint, 64ll << 20);
+  EXPECT_EQ(s.node_lost_after, std::chrono::minutes(10));
+  EXPECT_EQ(s.node_check_interval, std::chrono::seconds(30));
   PopulatorSettings t;
   EXPECT_FALSE(Parse({"--workers", "0"}, t).ok());
   EXPECT_FALSE(Parse({"--checkpoint-interval", "-1"}, t).ok());
+  EXPECT_FALSE(Parse({"--node-check-interval", "0"}, t).ok());
+  PopulatorSettings never;
+  ASSERT_TRUE(Parse({"--node-lost-after", "0"}, never).ok());
+  EXPECT_EQ(never.node_lost_after.count(), 0);
 }
 
 // Tests that the node name defaults to the hostname, a bad one is refused by name, and the volume

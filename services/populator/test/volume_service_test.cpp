@@ -37,7 +37,7 @@ class VolumeServiceTest : public PopulatorServiceTest {
     jc.max_attempts = 2;
     runner_ =
         std::make_unique<JobRunner>(bus_.Js(), service_->store(), importer_, metrics_, clock_, jc);
-    ASSERT_TRUE(runner_->EnsureStream().ok());
+    ASSERT_TRUE(bus_.Js().EnsureStream(JobRunner::StreamConfig()).ok());
     consumer_ = *runner_->Subscribe();
   }
   void TearDown() override {

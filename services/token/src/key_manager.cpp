@@ -58,6 +58,8 @@ absl::Status KeyManager::Start() {
   return absl::OkStatus();
 }
 
+void KeyManager::StopWatching() { watch_.reset(); }
+
 absl::StatusOr<bool> KeyManager::Tick() {
   auto wrote = Change(false);
   UpdateGauges(*Current());

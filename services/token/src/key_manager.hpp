@@ -78,6 +78,10 @@ class KeyManager {
   ~KeyManager();
 
   absl::Status Start();
+  // Stops following the key set; the keys in hand keep serving. Call it before the bus drains (at
+  // SIGTERM): the watch's consumer is deleted while the bus still answers, where a watch left to
+  // the drain waited out nats.c's JetStream timeout (5 s, "NATS async error: Timeout").
+  void StopWatching();
   absl::StatusOr<bool> Tick();
   // Retires every active key now and makes new ones (operator-forced rotation).
   absl::StatusOr<bool> RotateNow();

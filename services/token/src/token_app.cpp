@@ -111,6 +111,7 @@ void TokenApp::Reload() {
 void TokenApp::Stop() {
   if (service_) service_->Stop();
   if (watcher_) watcher_->Stop();
+  if (keys_) keys_->StopWatching();  // before the bus drains (runtime::Process::Shutdown)
 }
 
 }  // namespace wisp::token

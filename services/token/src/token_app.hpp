@@ -10,7 +10,8 @@
 //     the setting (main exits 2), as before any connection is made.
 //   - TokenApp::Start() opens wisp_keys (waiting for the bus as runtime does), loads the keys and
 //     serves; /readyz reports "signing keys not loaded yet" until then. Reload() re-reads the
-//     policy file (SIGHUP); Stop() stops serving and the watcher.
+//     policy file (SIGHUP); Stop() stops the rotation loop, the policy watcher and the watch on
+//     the key set (before the bus drains, so that drain takes no 5 s JetStream timeout).
 //
 // Example (wisp-token's main.cpp):
 //   token::TokenSettings settings;

@@ -22,9 +22,11 @@ SYNOPSIS
     wispctl token issue --namespace NS --service-account SA [--audience A,B] [--expiration-seconds N]
                         [--algorithm RS256|ES256] [--pod-name P --pod-uid U]
                         [--pod-proof-file F] [--json]
-    wispctl token verify (--token T | --token-file F | stdin) [--audience A,B]
+    wispctl token verify (--token-file F | stdin | WISP_TOKEN) [--audience A,B]
                          [--jwks-file F --issuer URL]
-    wispctl token exchange (--token T | --token-file F) --audience A [--scope S] [--json]
+    wispctl token exchange (--token-file F | stdin | WISP_TOKEN) --audience A [--scope S] [--json]
+
+    A token is never taken on the command line (`ps` shows it to every user).
 
     `wispctl token <verb> --help` lists every option.
 )";
@@ -117,6 +119,7 @@ int Verify(const std::vector<std::string>& args) {
                       "verify a token with wisp-token's review, or offline against a JWKS file");
   AddConnectionFlags(flags, conn);
   flags.String("token", &token, "The token (else --token-file, else stdin).");
+  flags.Secret("--token-file FILE, stdin, or the environment variable WISP_TOKEN");
   flags.String("token-file", &file, "File holding the token ('-' = stdin).");
   flags.String("audience", &audiences, "Comma-separated audiences; the token must carry one.");
   flags.String("jwks-file", &jwks_file, "Verify offline against this JWKS instead of the bus.");
@@ -184,6 +187,7 @@ int Exchange(const std::vector<std::string>& args) {
   config::Flags flags("wispctl token exchange", "RFC 8693 exchange of a subject token");
   AddConnectionFlags(flags, conn);
   flags.String("token", &token, "The subject token (else --token-file, else stdin).");
+  flags.Secret("--token-file FILE, stdin, or the environment variable WISP_TOKEN");
   flags.String("token-file", &file, "File holding the subject token ('-' = stdin).");
   flags.String("audience", &audience, "The audience of the access token.");
   flags.String("scope", &scope, "Space-separated scopes.");

@@ -650,7 +650,7 @@ absl::StatusOr<Message> InMemoryBus::Request(std::string_view subject, std::stri
     targets = state_->RouteLocked(subject);
   }
   if (targets.empty()) {
-    return absl::UnavailableError("no responders on " + std::string(subject));
+    return NoRespondersError("no responders on " + std::string(subject));
   }
   const auto received =
       expire ? std::chrono::steady_clock::now() - timeout - std::chrono::milliseconds(1)

@@ -91,9 +91,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* Copies JetStream keeps of every wisp bucket and stream (--jetstream-replicas):
+     nats.jetstream.replicas, or with 0 the in-chart cluster's size up to 3 (1 with nats.external,
+     whose size the chart cannot know). More than the in-chart cluster has fails the render. */}}
+{{- define "wisp.jetstreamReplicas" -}}
+{{- $r := int .Values.nats.jetstream.replicas -}}
+{{- if and .Values.nats.enabled (gt $r (int .Values.nats.replicas)) -}}
+{{- fail (printf "nats.jetstream.replicas (%d) is more than nats.replicas (%d): JetStream cannot place the copies" $r (int .Values.nats.replicas)) -}}
+{{- end -}}
+{{- if gt $r 0 -}}
+{{- $r -}}
+{{- else if .Values.nats.enabled -}}
+{{- min (int .Values.nats.replicas) 3 -}}
+{{- else -}}
+1
+{{- end -}}
+{{- end -}}
+
 {{/* Flags every wisp service takes: include "wisp.commonArgs" (dict "ctx" $ "port" 9102) */}}
 {{- define "wisp.commonArgs" -}}
 - --nats-url={{ include "wisp.natsUrl" .ctx }}
+- --jetstream-replicas={{ include "wisp.jetstreamReplicas" .ctx }}
 - --metrics-address=0.0.0.0:{{ .port }}
 - --log-level={{ .ctx.Values.global.logLevel }}
 - --log-format={{ .ctx.Values.global.logFormat }}

@@ -280,6 +280,14 @@ using BusPtr = std::unique_ptr<Bus>;
 
 // Maps a reply's micro error headers to a Status (OK when there are none).
 absl::Status StatusFromHeaders(const Headers& headers);
+
+// The Unavailable a request gets when it reached the bus and nobody serves its subject (NATS "no
+// responders"), marked so that IsNoResponders() tells it from a bus that is down, a timeout, or a
+// handler that answered Unavailable itself. NatsBus and InMemoryBus return it; the populator takes
+// it as "no populator on that node" (services/populator/src/lost_nodes.hpp).
+absl::Status NoRespondersError(std::string message);
+bool IsNoResponders(const absl::Status& status);
+
 // Sets the micro error headers for a non-OK status.
 void SetErrorHeaders(const absl::Status& status, Headers& headers);
 

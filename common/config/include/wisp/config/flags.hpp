@@ -10,6 +10,10 @@
 //   - --help prints a man-page style description of every setting (name, env, default, help) and
 //     exits 0; --version prints the version.
 //   - Durations accept Go-style values: "90s", "5m", "24h", "1h30m", "250ms".
+//   - A setting marked Secret() (a password, a token) is refused on the command line, where `ps`
+//     and /proc/<pid>/cmdline show it to every user of the machine: Parse() fails naming the
+//     setting and what to use instead, before reading its value. Its environment variable and its
+//     YAML key still set it (/proc/<pid>/environ and a mode-0600 file are the owner's alone).
 //
 // Example:
 //   Flags flags("wisp-token", "token issuance: signing keys, JWKS, bound tokens, STS exchange");
@@ -56,6 +60,9 @@ class Flags {
             std::string help);
   // Override the derived environment variable name for the last setting added.
   void Env(std::string env_name);
+  // Marks the last setting added as a secret that may not be given on the command line (see the
+  // contract); `instead` names what to use, e.g. "--nats-password-file FILE or WISP_NATS_PASSWORD".
+  void Secret(std::string instead);
 
   // Parses argv (after argv[0]); non-flag words are collected into Positional().
   // Returns NotFound-free OK, or InvalidArgument naming the setting. Handles --help and --version

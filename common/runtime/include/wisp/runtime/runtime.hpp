@@ -2,7 +2,15 @@
 // The process skeleton every wisp service shares, so each main.cpp only wires its own parts.
 //
 // Contract:
-//   - AddCommonFlags() declares the settings every service has (NATS, metrics, logging, drain).
+//   - AddCommonFlags() declares the settings every service has (NATS, metrics, logging, drain,
+//     JetStream replicas).
+//   - Secrets never come from the command line (`ps` shows it to every user): --nats-password and
+//     --nats-token are refused there; they come from their environment variables, the --config
+//     file, or --nats-password-file / --nats-token-file, read once by NatsOptions().
+//   - Buckets and streams opened through Process (OpenBucket, EnsureStream) get jetstream-replicas
+//     copies: created with them, raised in place when an existing one has fewer (the bus logs it),
+//     never lowered. More than the NATS cluster can place fails with one InvalidArgument line
+//     naming jetstream-replicas (main exits 2).
 //   - Process::Start() blocks SIGTERM/SIGINT/SIGHUP in every thread (before any thread exists),
 //   installs
 //     logging, connects the bus (retrying in the background while NATS is down, so a service can
@@ -41,8 +49,10 @@ struct CommonSettings {
   std::string nats_url = "nats://127.0.0.1:4222";
   std::string nats_user;
   std::string nats_password;
+  std::string nats_password_file;
   std::string nats_creds;
   std::string nats_token;
+  std::string nats_token_file;
   std::string nats_ca;
   std::string nats_cert;
   std::string nats_key;
@@ -54,6 +64,8 @@ struct CommonSettings {
   std::chrono::milliseconds drain_timeout = std::chrono::seconds(10);
   std::chrono::milliseconds bus_wait = std::chrono::minutes(2);
   int64_t serve_threads = 4;
+  // Copies JetStream keeps of each bucket and stream this service creates (1..5).
+  int64_t jetstream_replicas = 1;
 };
 
 void AddCommonFlags(config::Flags& flags, CommonSettings& settings);
@@ -61,14 +73,21 @@ void AddCommonFlags(config::Flags& flags, CommonSettings& settings);
 // a service but is not one (wispctl). AddCommonFlags declares them too.
 void AddNatsFlags(config::Flags& flags, CommonSettings& settings);
 // The NATS half of the settings as connection options (servers, name, credentials, TLS, inbox
-// prefix "_INBOX.<name>" unless set): the one mapping Process::Start and wispctl both use.
-// InvalidArgument naming the flag for a bad nats-url, or nats-cert without nats-key (or back).
+// prefix "_INBOX.<name>" unless set): the one mapping Process::Start and wispctl both use. Reads
+// nats-password-file / nats-token-file (trailing newline dropped). InvalidArgument naming the flag
+// for a bad nats-url, nats-cert without nats-key (or back), a secret given both as a value and as
+// a file, or a secret file that cannot be read or is empty.
 absl::StatusOr<bus::NatsBusOptions> NatsOptions(const CommonSettings& settings,
                                                 const std::string& name);
 
 // Splits "nats://a:4222,nats://b:4222" into URLs; InvalidArgument naming nats-url when empty or
 // when a URL has no scheme.
 absl::StatusOr<std::vector<std::string>> ParseNatsUrls(std::string_view text);
+
+// The start-up error for a bucket or stream JetStream cannot place with `replicas` (> 1) copies
+// (bus::IsReplicaPlacementError): one InvalidArgument line naming jetstream-replicas, what was
+// asked and what NATS said. Any other status, or any status with one copy, comes back as it is.
+absl::Status ExplainReplicaError(const absl::Status& status, int64_t replicas);
 
 class Process {
  public:
@@ -86,7 +105,11 @@ class Process {
 
   // Opens (creating when missing) a KV bucket, retrying with backoff while NATS or JetStream is not
   // reachable yet, at most bus-wait; so a service started before its bus waits instead of exiting.
-  absl::StatusOr<bus::KeyValuePtr> OpenBucket(const bus::BucketConfig& config);
+  // The bucket's replicas are jetstream-replicas, whatever config.replicas says (see the contract).
+  absl::StatusOr<bus::KeyValuePtr> OpenBucket(bus::BucketConfig config);
+  // Creates or updates a JetStream stream with the same patience and the same replicas rule.
+  absl::Status EnsureStream(bus::StreamConfig config);
+  int jetstream_replicas() const { return static_cast<int>(settings_.jetstream_replicas); }
   // The same patience for any start-up call that needs the bus (streams, consumers).
   absl::Status RetryUntilBus(std::string_view what, const std::function<absl::Status()>& call);
 

@@ -56,7 +56,7 @@ bool Eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seco
 int FreePort();
 // Polls until something accepts TCP on host:port, at most `timeout`.
 absl::Status WaitForTcp(const std::string& host, int port, std::chrono::milliseconds timeout);
-// Plain-HTTP GET (no TLS); returns the status code and body.
+// Plain-HTTP GET (no TLS); returns the status code and body (a chunked body decoded).
 struct HttpResponse {
   int status = 0;
   std::string body;

@@ -65,9 +65,12 @@ class Stack {
   std::string volume_root() const;
   std::string target_root() const;
   int metrics_port(const std::string& service) const;
-  // NATS user and password a test client uses (wispctl's, when auth is on).
+  // NATS user and password file a test client uses (wispctl's, when auth is on).
   std::vector<std::string> WispctlArgs() const;
+  // scripts/nats-auth's password of `user`, and the file holding it (what --nats-password-file
+  // takes: a password is never passed on a command line).
   std::string NatsPassword(const std::string& user) const;
+  std::string NatsPasswordFile(const std::string& user) const;
 
   Process& process(const std::string& service);
   absl::Status Restart(const std::string& service);

@@ -145,12 +145,20 @@ TYPED_TEST_P(BusContractTest, HandlerErrorsKeepCodeAndMessage) {
   EXPECT_EQ(StatusFromHeaders((*many)[0].headers), absl::PermissionDeniedError("failed 7"));
 }
 
-// Tests that a request nobody serves is Unavailable, and one with no time left DeadlineExceeded.
+// Tests that a request nobody serves is Unavailable marked as no responders (a handler's own
+// Unavailable is not), and one with no time left DeadlineExceeded.
 TYPED_TEST_P(BusContractTest, NoRespondersAndNoTime) {
-  EXPECT_EQ(this->bus().Request("ct.nobody", "", 1s).status().code(),
-            absl::StatusCode::kUnavailable);
+  const absl::Status nobody = this->bus().Request("ct.nobody", "", 1s).status();
+  EXPECT_EQ(nobody.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(IsNoResponders(nobody)) << nobody;
   auto sub = this->bus().Serve("ct.quick", "", [](const Request&) { return Reply::Ok("ok"); });
   ASSERT_TRUE(sub.ok());
+  auto busy = this->bus().Serve(
+      "ct.busy", "", [](const Request&) { return Reply::Error(absl::UnavailableError("busy")); });
+  ASSERT_TRUE(busy.ok());
+  const absl::Status answered = this->bus().Request("ct.busy", "", 1s).status();
+  EXPECT_EQ(answered.code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(IsNoResponders(answered)) << answered;
   EXPECT_EQ(this->bus().Request("ct.quick", "", 0ms).status().code(),
             absl::StatusCode::kDeadlineExceeded);
 }
