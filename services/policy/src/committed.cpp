@@ -8,6 +8,7 @@
 
 #include "rules_internal.hpp"
 #include "wisp/bus/subjects.hpp"
+#include "wisp/k8s/objects.hpp"
 
 namespace wisp::policy {
 namespace {
@@ -84,6 +85,7 @@ absl::StatusOr<CommitOutcome> EvaluateCommitted(const v1::CommittedObject& objec
   Verdict verdict = EvaluateValidate(in, policy, lookup);
 
   CommitOutcome out;
+  out.uid = k8s::GetString(event == "DELETED" ? in.old_object : in.object, {"metadata", "uid"});
   out.rule_outcomes = std::move(verdict.rule_outcomes);
   out.error = verdict.error;
   if (!out.error.ok()) return out;

@@ -205,12 +205,7 @@ absl::StatusOr<v1::CommitResult> PolicyService::Commit(const v1::CommittedObject
     counted("error");
     return absl::UnavailableError(std::string(outcome->error.message()));
   }
-  // The uid of the object the event is about (DELETED: its last state).
-  std::string uid;
-  if (auto parsed = k8s::ParseJson(object.object_json(), "object_json"); parsed.ok()) {
-    uid = k8s::GetString(*parsed, {"metadata", "uid"});
-  }
-  auto changed = Apply(outcome->writes, uid);
+  auto changed = Apply(outcome->writes, outcome->uid);
   if (!changed.ok()) {
     counted("error");
     return changed.status();

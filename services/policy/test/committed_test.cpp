@@ -8,6 +8,7 @@
 #include "wisp/policy/policy_service.hpp"
 #include "wisp/policy/rules.hpp"
 #include "wisp/status/fake_clock.hpp"
+#include "service_fixture.hpp"
 
 namespace wisp::policy {
 namespace {
@@ -129,27 +130,7 @@ TEST(StaleRecordKeysTest, OnlyTheKindsRecordsThatNameNoLiveObject) {
   EXPECT_TRUE(absl::IsInvalidArgument(StaleRecordKeys(pod, {}, {}).status()));
 }
 
-class RecordEndpointTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    sources_ = *bus_.OpenBucket({.name = std::string(bus::buckets::kSources)});
-    service_ = std::make_unique<PolicyService>(*sources_, Policy{}, clock_, metrics_);
-    micro_ = *bus::Service::Start(bus_, {.name = "wisp-policy", .version = "0.1.0"});
-    ASSERT_TRUE(service_->AddEndpoints(*micro_).ok());
-  }
-  absl::StatusOr<v1::CommitResult> Send(const v1::CommittedObject& o) {
-    return bus::Call<v1::CommitResult>(bus_, bus::subjects::kPolicyRecord, o, 1s);
-  }
-  bool Has(const std::string& key) { return sources_->Get(key).ok(); }
-
-  FakeClock clock_;
-  bus::testing::InMemoryBus bus_{clock_};
-  prometheus::Registry registry_;
-  PolicyMetrics metrics_{registry_};
-  bus::KeyValuePtr sources_;
-  std::unique_ptr<PolicyService> service_;
-  std::unique_ptr<bus::Service> micro_;
-};
+using RecordEndpointTest = testing::PolicyServiceFixture;
 
 // Tests the ghost-record story: a PVC that admission allowed but the apiserver never stored
 // (a ResourceQuota refused it) leaves nothing; only the committed object is recorded.

@@ -18,7 +18,8 @@ namespace {
 using namespace std::chrono_literals;
 using kube::Json;
 
-// A kube::Client with one list per resource and a queue of watch events the test pushes.
+// A kube::Client with one list per resource and a queue of watch events the test pushes; the
+// other verbs answer Unimplemented, since a Reflector never calls them.
 class FakeKube final : public kube::Client {
  public:
   void SetList(const std::string& plural, std::vector<Json> items) {
@@ -51,24 +52,24 @@ class FakeKube final : public kube::Client {
     return kube::WatchPtr(new Stream(*this, r.plural));
   }
   absl::StatusOr<Json> Get(const kube::Resource&, std::string_view, std::string_view) override {
-    return absl::UnimplementedError("fake");
+    return absl::UnimplementedError("FakeKube serves List and Watch, all a Reflector calls");
   }
   absl::StatusOr<Json> Create(const kube::Resource&, std::string_view, const Json&) override {
-    return absl::UnimplementedError("fake");
+    return absl::UnimplementedError("FakeKube serves List and Watch, all a Reflector calls");
   }
   absl::StatusOr<Json> Update(const kube::Resource&, std::string_view, const Json&) override {
-    return absl::UnimplementedError("fake");
+    return absl::UnimplementedError("FakeKube serves List and Watch, all a Reflector calls");
   }
   absl::StatusOr<Json> UpdateStatus(const kube::Resource&, std::string_view, const Json&) override {
-    return absl::UnimplementedError("fake");
+    return absl::UnimplementedError("FakeKube serves List and Watch, all a Reflector calls");
   }
   absl::StatusOr<Json> Patch(const kube::Resource&, std::string_view, std::string_view, const Json&,
                              const kube::PatchOptions&) override {
-    return absl::UnimplementedError("fake");
+    return absl::UnimplementedError("FakeKube serves List and Watch, all a Reflector calls");
   }
   absl::Status Delete(const kube::Resource&, std::string_view, std::string_view,
                       const kube::DeleteOptions&) override {
-    return absl::UnimplementedError("fake");
+    return absl::UnimplementedError("FakeKube serves List and Watch, all a Reflector calls");
   }
 
  private:

@@ -193,6 +193,7 @@ v1::AdmissionVerdict ToProto(const Verdict& verdict);
 struct CommitOutcome {
   std::vector<KvWrite> writes;
   std::string refused;
+  std::string uid;  // the object's metadata.uid (DELETED: of its last state)
   std::map<std::string, std::string> rule_outcomes;
   absl::Status error = absl::OkStatus();
 };
