@@ -21,6 +21,7 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -36,6 +37,7 @@
 #include "wisp/fsutil/read_file.hpp"
 #include "wisp/integration/kube.hpp"
 #include "wisp/integration/stack.hpp"
+#include "wisp/populator/testing/test_http_server.hpp"
 
 namespace wisp::integration {
 namespace {
@@ -391,10 +393,12 @@ TEST(Story3, DataVolumeOverAStoredPvcIsRefused) {
       << refused.output;
   // Deleting the PVC frees the name (the watch's DELETED).
   ASSERT_TRUE(g_kube->MustKubectl({"-n", "vms", "delete", "pvc", "taken", "--wait=false"}).ok());
-  // kubernetes.io/pvc-protection holds the PVC until its controller lets it go, which the suite's
-  // controller-manager does not run: let it go here (NotFound if it is gone already).
-  (void)g_kube->Kubectl({"-n", "vms", "patch", "pvc", "taken", "--type=merge", "-p",
-                         R"({"metadata":{"finalizers":null}})"});
+  // kubernetes.io/pvc-protection holds the PVC until its controller lets it go; without a
+  // controller-manager, let it go here.
+  if (g_kube->started() && !g_kube->has_controller_manager()) {
+    (void)g_kube->Kubectl({"-n", "vms", "patch", "pvc", "taken", "--type=merge", "-p",
+                           R"({"metadata":{"finalizers":null}})"});
+  }
   Created allowed;
   for (int i = 0; i < 40; ++i) {
     allowed = Create(dv, {"--dry-run=server"});
@@ -402,6 +406,261 @@ TEST(Story3, DataVolumeOverAStoredPvcIsRefused) {
     std::this_thread::sleep_for(250ms);
   }
   EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+}
+
+// ---- story 3 for real: the volume populator protocol -----------------------------------------
+//
+// wisp's gateway runs its populator and DataVolume controllers against the apiserver; the real
+// external-provisioner (kubernetes-csi v5.2.0, WISP_E2E_CSI_PROVISIONER or csi-provisioner next
+// to kube-apiserver) provisions prime PVCs through wisp's CSI socket; kube-controller-manager's
+// persistentvolume-binder binds the claims. Nothing here stands in for any of them.
+
+std::unique_ptr<Process> g_provisioner;
+std::string g_population_unavailable;  // why the population stories cannot run ("" = they can)
+std::unique_ptr<populator::testing::TestHttpServer> g_images;
+std::string g_images_dir;
+
+// The StorageClasses of the rendered chart, as a YAML stream.
+std::string ChartStorageClasses() {
+  std::string out;
+  for (const YAML::Node& doc : YAML::LoadAll(g_rendered_chart)) {
+    if (doc && doc["kind"] && doc["kind"].as<std::string>() == "StorageClass") {
+      YAML::Emitter e;
+      e << doc;
+      out += std::string("---\n") + e.c_str() + "\n";
+    }
+  }
+  return out;
+}
+
+absl::Status StartPopulation(const std::string& dir) {
+  std::string bin = Env("WISP_E2E_CSI_PROVISIONER");
+  if (bin.empty() && !Env("WISP_E2E_KUBE_BIN_DIR").empty()) {
+    bin = Env("WISP_E2E_KUBE_BIN_DIR") + "/csi-provisioner";
+  }
+  if (bin.empty() || ::access(bin.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(
+        "no external-provisioner: build kubernetes-csi/external-provisioner v5.2.0 "
+        "(./cmd/csi-provisioner) and put it next to kube-apiserver or name it in "
+        "WISP_E2E_CSI_PROVISIONER (docs/operations.md, \"Running the e2e suite\")");
+  }
+  if (g_kube->started() && !g_kube->has_controller_manager()) {
+    return absl::NotFoundError(
+        "no kube-controller-manager next to kube-apiserver: its persistentvolume-binder binds "
+        "the claims");
+  }
+  // The node wisp's volumes live on, as the kubelet and wisp's node plugin would register it:
+  // a Node with wisp's topology label and a CSINode naming the driver and its topology key.
+  WISP_RETURN_IF_ERROR(g_kube
+                           ->MustKubectl({"apply", "--server-side", "-f", "-"}, R"(
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-a
+  labels: {kubernetes.io/hostname: node-a, topology.wisp.dev/node: node-a}
+---
+apiVersion: storage.k8s.io/v1
+kind: CSINode
+metadata: {name: node-a}
+spec:
+  drivers:
+    - {name: csi.wisp.dev, nodeID: node-a, topologyKeys: [topology.wisp.dev/node]}
+)")
+                           .status());
+  const std::string classes = ChartStorageClasses();
+  if (classes.empty()) return absl::InternalError("the rendered chart has no StorageClass");
+  WISP_RETURN_IF_ERROR(
+      g_kube->MustKubectl({"apply", "--server-side", "-f", "-"}, classes).status());
+  // As the chart's controller Deployment runs it (deploy/helm/wisp/templates/
+  // gateway-controller.yaml), but one replica and no leader election.
+  WISP_ASSIGN_OR_RETURN(
+      g_provisioner,
+      Process::Start({.path = bin,
+                      .args = {"--csi-address=" + g_stack->csi_socket(),
+                               "--kubeconfig=" + g_kube->kubeconfig(), "--extra-create-metadata",
+                               "--feature-gates=Topology=true", "--timeout=300s",
+                               "--leader-election=false", "--v=3"},
+                      .env = {{"KUBECONFIG", g_kube->kubeconfig()}}}));
+  // The image: 64 MiB with five random MiBs, as qcow2, xz-compressed; qemu-img's own raw
+  // conversion is what the volume must hold.
+  g_images_dir = dir + "/images";
+  std::filesystem::create_directories(g_images_dir);
+  CommandResult made = RunArgv(
+      {"sh", "-c",
+       "cd " + g_images_dir +
+           " && truncate -s 64M disk.raw"
+           " && for m in 0 9 31 50 63; do dd if=/dev/urandom of=disk.raw bs=1M count=1 seek=$m"
+           " conv=notrunc status=none; done"
+           " && qemu-img convert -f raw -O qcow2 disk.raw disk.qcow2"
+           " && qemu-img convert -f qcow2 -O raw disk.qcow2 expected.raw"
+           " && xz -0 -T1 -c disk.qcow2 > disk.qcow2.xz"});
+  if (made.exit_code != 0) return absl::InternalError("making the test image: " + made.output);
+  g_images = std::make_unique<populator::testing::TestHttpServer>();
+  g_images->Serve("/disk.qcow2.xz", g_images_dir + "/disk.qcow2.xz");
+  return g_images->Start();
+}
+
+// kubectl get ... -o json, parsed; null when it fails (NotFound included).
+Json GetJson(const std::vector<std::string>& args) {
+  std::vector<std::string> a = {"get"};
+  a.insert(a.end(), args.begin(), args.end());
+  a.insert(a.end(), {"-o", "json"});
+  CommandResult r = RunArgv(
+      [&] {
+        std::vector<std::string> argv = {g_kube->kubectl(), "--kubeconfig=" + g_kube->kubeconfig()};
+        argv.insert(argv.end(), a.begin(), a.end());
+        return argv;
+      }(),
+      "", false);
+  if (r.exit_code != 0) return Json();
+  return Json::parse(r.output, nullptr, false);
+}
+
+std::string Phase(const Json& object) {
+  return object.is_object() ? object.value("/status/phase"_json_pointer, "") : "";
+}
+
+// Polls `get` until `done` holds or `timeout` passes; the phases of DataVolume `dv` seen meanwhile
+// go to `phases` (in order, without repeats).
+Json WaitUntil(const std::function<Json()>& get, const std::function<bool(const Json&)>& done,
+               std::chrono::seconds timeout, std::vector<std::string>* phases = nullptr) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  Json last;
+  while (std::chrono::steady_clock::now() < until) {
+    last = get();
+    if (phases != nullptr) {
+      std::string p = Phase(last);
+      if (!p.empty() && (phases->empty() || phases->back() != p)) phases->push_back(p);
+    }
+    if (done(last)) return last;
+    std::this_thread::sleep_for(200ms);
+  }
+  return last;
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : " -> ") + s;
+  return out;
+}
+
+std::string DataVolumeYaml(const std::string& name, const std::string& url) {
+  return "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: " + name +
+         ", namespace: vms}\nspec:\n  source: {http: {url: \"" + url +
+         "\"}}\n  storage:\n    storageClassName: wisp-populated\n"
+         "    resources: {requests: {storage: 64Mi}}\n";
+}
+
+// What kube-scheduler does when it places the first pod that uses an unbound claim of a
+// WaitForFirstConsumer class (the suite runs no scheduler): it names the node on the claim.
+void ChooseNodeForClaim(const std::string& name) {
+  ASSERT_TRUE(g_kube
+                  ->MustKubectl({"-n", "vms", "annotate", "pvc", name,
+                                 "volume.kubernetes.io/selected-node=node-a"})
+                  .ok());
+}
+
+const Json* ConditionOf(const Json& object, const std::string& type) {
+  if (!object.is_object() || !object.contains("status") ||
+      !object["status"].contains("conditions")) {
+    return nullptr;
+  }
+  for (const auto& c : object["status"]["conditions"]) {
+    if (c.value("type", "") == type) return &c;
+  }
+  return nullptr;
+}
+
+TEST(Story3Population, HttpQcow2XzDataVolumeSucceedsHoldingQemuImgsBytes) {
+  ASSERT_EQ(g_population_unavailable, "");
+  const std::string url = g_images->Url("/disk.qcow2.xz");
+  ASSERT_EQ(Create(DataVolumeYaml("golden", url)).exit_code, 0);
+  auto dv = [] { return GetJson({"-n", "vms", "datavolume", "golden"}); };
+  std::vector<std::string> phases;
+  // The chart's class waits for the first consumer: nothing is imported before a node is chosen.
+  Json pending = WaitUntil(
+      dv, [](const Json& d) { return Phase(d) == "PendingPopulation"; }, 60s, &phases);
+  ASSERT_EQ(Phase(pending), "PendingPopulation") << pending.dump(2);
+  Json pvc = GetJson({"-n", "vms", "pvc", "golden"});
+  ASSERT_TRUE(pvc.is_object());
+  EXPECT_EQ(pvc["spec"]["dataSourceRef"],
+            Json({{"apiGroup", "wisp.dev"}, {"kind", "VolumeImportSource"}, {"name", "golden"}}));
+  EXPECT_EQ(pvc["metadata"]["ownerReferences"][0].value("kind", ""), "DataVolume");
+  Json vis = GetJson({"-n", "vms", "volumeimportsources.wisp.dev", "golden"});
+  ASSERT_TRUE(vis.is_object());
+  EXPECT_EQ(vis["spec"]["source"]["http"].value("url", ""), url);
+
+  ChooseNodeForClaim("golden");
+  const auto t0 = std::chrono::steady_clock::now();
+  Json done = WaitUntil(
+      dv, [](const Json& d) { return Phase(d) == "Succeeded" || Phase(d) == "Failed"; }, 240s,
+      &phases);
+  std::cout << "golden: " << Join(phases) << " in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - t0)
+                   .count()
+            << " ms after the node was chosen" << std::endl;
+  ASSERT_EQ(Phase(done), "Succeeded") << done.dump(2);
+  EXPECT_EQ(done["status"].value("progress", ""), "100.0%");
+  EXPECT_EQ(done["status"].value("claimName", ""), "golden");
+  const Json* ready = ConditionOf(done, "Ready");
+  ASSERT_NE(ready, nullptr) << done.dump(2);
+  EXPECT_EQ(ready->value("status", ""), "True");
+  const Json* bound = ConditionOf(done, "Bound");
+  ASSERT_NE(bound, nullptr);
+  EXPECT_EQ(bound->value("status", ""), "True");
+
+  // The user's PVC holds the PV the prime was provisioned with; the prime is gone.
+  pvc = GetJson({"-n", "vms", "pvc", "golden"});
+  ASSERT_EQ(Phase(pvc), "Bound") << pvc.dump(2);
+  const std::string pv_name = pvc["spec"].value("volumeName", "");
+  Json pv = GetJson({"pv", pv_name});
+  ASSERT_TRUE(pv.is_object());
+  EXPECT_EQ(pv["spec"]["claimRef"].value("name", ""), "golden");
+  EXPECT_EQ(pv["spec"]["claimRef"].value("uid", ""), pvc["metadata"].value("uid", ""));
+  const std::string prime = "wisp-prime-" + pvc["metadata"].value("uid", "");
+  Json gone = WaitUntil(
+      [&] {
+        return GetJson({"-n", "vms", "pvc", prime});
+      },
+      [](const Json& p) { return p.is_null(); }, 30s);
+  EXPECT_TRUE(gone.is_null()) << "the prime PVC is still there: " << gone.dump(2);
+
+  // The bytes: what `qemu-img convert -O raw` makes of the source.
+  const std::string handle = pv["spec"]["csi"].value("volumeHandle", "");
+  const std::string image = g_stack->volume_root() + "/" + handle + "/disk.img";
+  CommandResult cmp = RunArgv({"cmp", g_images_dir + "/expected.raw", image});
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+
+  // Events where users look (kubectl describe dv).
+  Json events = GetJson({"-n", "vms", "events", "--field-selector",
+                         "involvedObject.kind=DataVolume,involvedObject.name=golden"});
+  std::string reasons;
+  for (const auto& e : events.value("items", Json::array())) reasons += e.value("reason", "") + " ";
+  EXPECT_NE(reasons.find("ImportSucceeded"), std::string::npos) << reasons;
+}
+
+TEST(Story3Population, UnreachableSourceFailsNamingTheCauseAndBindsNothing) {
+  ASSERT_EQ(g_population_unavailable, "");
+  ASSERT_EQ(Create(DataVolumeYaml("missing", g_images->Url("/no-such-image.qcow2"))).exit_code, 0);
+  Json pvc = WaitUntil(
+      [] {
+        return GetJson({"-n", "vms", "pvc", "missing"});
+      },
+      [](const Json& p) { return p.is_object(); }, 60s);
+  ASSERT_TRUE(pvc.is_object());
+  ChooseNodeForClaim("missing");
+  Json failed = WaitUntil(
+      [] {
+        return GetJson({"-n", "vms", "datavolume", "missing"});
+      },
+      [](const Json& d) { return Phase(d) == "Failed"; }, 120s);
+  ASSERT_EQ(Phase(failed), "Failed") << failed.dump(2);
+  const Json* ready = ConditionOf(failed, "Ready");
+  ASSERT_NE(ready, nullptr);
+  EXPECT_NE(ready->value("message", "").find("404"), std::string::npos) << failed.dump(2);
+  pvc = GetJson({"-n", "vms", "pvc", "missing"});
+  EXPECT_EQ(Phase(pvc), "Pending") << "a PVC bound to a failed import: " << pvc.dump(2);
 }
 
 // ---- story 4: any pod gets a token for any audience ------------------------------------------
@@ -484,8 +743,10 @@ int main(int argc, char** argv) {
   if (!host.empty()) options.gateway_extra_sans = {host};
   options.extra_args["wisp-token"] = {"--policy-file", *token_policy};
   // The gateway watches the cluster as the chart's controller gateway does (--in-cluster there):
-  // wisp's records follow what this apiserver stores.
-  options.extra_args["wisp-gateway"] = {"--kubeconfig", g_kube->kubeconfig()};
+  // wisp's records follow what this apiserver stores, and its populator and DataVolume
+  // controllers run.
+  options.extra_args["wisp-gateway"] = {"--kubeconfig", g_kube->kubeconfig(), "--controllers",
+                                        "populator,datavolumes"};
   auto stack = Stack::Start(options);
   if (!stack.ok()) {
     std::cerr << "e2e: the wisp stack did not start: " << stack.status() << std::endl;
@@ -503,6 +764,10 @@ int main(int argc, char** argv) {
       std::cerr << "e2e set-up failed: " << s << "\n" << g_kube->ApiserverLogTail() << std::endl;
       return 1;
     }
+  }
+  if (absl::Status s = StartPopulation(files.path()); !s.ok()) {
+    g_population_unavailable = std::string(s.message());
+    std::cerr << "e2e: the population stories cannot run: " << s << std::endl;
   }
   const auto t0 = std::chrono::steady_clock::now();
   const int rc = RUN_ALL_TESTS();

@@ -243,13 +243,19 @@ absl::Status KubeCluster::Start(const std::string& bin_dir) {
   if (::access(kcm.c_str(), X_OK) == 0) {
     WISP_ASSIGN_OR_RETURN(
         controller_manager_,
-        Process::Start({.path = kcm,
-                        .args = {"--kubeconfig=" + kubeconfig_,
-                                 "--controllers=serviceaccount,serviceaccount-token,namespace,"
-                                 "garbagecollector,resourcequota",
-                                 "--service-account-private-key-file=" + pki + "/sa.key",
-                                 "--root-ca-file=" + ca.ca_file(), "--leader-elect=false",
-                                 "--use-service-account-credentials=false", "--secure-port=0"}}));
+        Process::Start(
+            {.path = kcm,
+             .args = {"--kubeconfig=" + kubeconfig_,
+                      "--controllers=serviceaccount,serviceaccount-token,namespace,"
+                      "garbagecollector,resourcequota,persistentvolume-binder,pvc-protection,"
+                      "pv-protection",
+                      // Binds claims to volumes (and hands dynamic ones to
+                      // external-provisioner); the default 15 s resync would only
+                      // slow the retries of the population stories.
+                      "--pvclaimbinder-sync-period=2s",
+                      "--service-account-private-key-file=" + pki + "/sa.key",
+                      "--root-ca-file=" + ca.ca_file(), "--leader-elect=false",
+                      "--use-service-account-credentials=false", "--secure-port=0"}}));
   }
   return absl::OkStatus();
 }

@@ -6,7 +6,11 @@
 
 #include "admission/admission_handler.hpp"
 #include "cluster/committed_objects.hpp"
+#include "cluster/populate_controller.hpp"
+#include "absl/algorithm/container.h"
+#include "absl/strings/str_split.h"
 #include "csi/csi_server.hpp"
+#include "csi/plugin.hpp"
 #include "oidc/oidc_routes.hpp"
 #include "upload/upload_handler.hpp"
 #include "wisp/bus/loop_requester.hpp"
@@ -31,6 +35,7 @@ struct Gateway::Parts {
   // The watch of the apiserver (--in-cluster / --kubeconfig).
   kube::ClientPtr kube;
   std::unique_ptr<cluster::CommittedObjects> committed;
+  std::unique_ptr<cluster::PopulateController> populate;
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
@@ -134,6 +139,28 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
                "`wispctl admit` (the local stack).");
   flags.String("kube-context", &s.kube_context,
                "The --kubeconfig context to use (default: its current-context).");
+  flags.String(
+      "controllers", &s.controllers,
+      "Comma list of controllers to run with --in-cluster / --kubeconfig: `populator` (a PVC "
+      "whose dataSourceRef names a wisp.dev VolumeImportSource, in a StorageClass of this CSI "
+      "driver, is populated through a prime PVC that external-provisioner provisions, then its "
+      "PersistentVolume is handed to the PVC: the volume populator protocol, KEP 1495) and "
+      "`datavolumes` (a CDI DataVolume gets its VolumeImportSource and PVC, and CDI's status "
+      "and events). Needs the chart's ClusterRole. Empty: none.",
+      [](const std::string& v) -> absl::Status {
+        const std::vector<std::string> list = absl::StrSplit(v, ',', absl::SkipEmpty());
+        for (const std::string& c : list) {
+          if (c != "populator" && c != "datavolumes") {
+            return absl::InvalidArgumentError("\"" + c +
+                                              "\" is not a controller (populator, datavolumes)");
+          }
+        }
+        return absl::OkStatus();
+      });
+  flags.String("volume-name-prefix", &s.volume_name_prefix,
+               "external-provisioner's --volume-name-prefix: CreateVolume names the volume of a "
+               "PVC <prefix>-<uid of the PVC>, which the DataVolume controller reads progress "
+               "from.");
 }
 
 absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
@@ -161,6 +188,9 @@ absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
   }
   if (!s.kube_context.empty() && s.kubeconfig.empty()) {
     return absl::InvalidArgumentError("kube-context: needs --kubeconfig");
+  }
+  if (!s.controllers.empty() && !s.in_cluster && s.kubeconfig.empty()) {
+    return absl::InvalidArgumentError("controllers: need --in-cluster or --kubeconfig");
   }
   if (!s.csi_endpoint.empty() && s.csi_endpoint.rfind("unix://", 0) != 0) {
     return absl::InvalidArgumentError("csi-endpoint: \"" + s.csi_endpoint +
@@ -264,6 +294,21 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
     gw->parts_->committed->Start();
     SPDLOG_LOGGER_INFO(logger, "watching {} ({}) for the objects wisp keeps records of",
                        config.server, config.origin);
+    const std::vector<std::string> controllers =
+        absl::StrSplit(settings.controllers, ',', absl::SkipEmpty());
+    const bool populator = absl::c_linear_search(controllers, "populator");
+    const bool datavolumes = absl::c_linear_search(controllers, "datavolumes");
+    if (populator || datavolumes) {
+      cluster::PopulateControllerOptions options;
+      options.plan.driver_name = csi::kDriverName;
+      options.datavolumes = datavolumes;
+      options.populator = populator;
+      options.volume_name_prefix = settings.volume_name_prefix;
+      gw->parts_->populate = std::make_unique<cluster::PopulateController>(
+          *gw->parts_->kube, process.bus(), process.registry(), options);
+      gw->parts_->populate->Start();
+      SPDLOG_LOGGER_INFO(logger, "running controllers: {}", settings.controllers);
+    }
   }
 
   if (gw->https_) {
@@ -278,6 +323,7 @@ Gateway::~Gateway() { Stop(); }
 uint16_t Gateway::https_port() const { return https_ ? https_->port() : 0; }
 
 void Gateway::Stop() {
+  if (parts_ && parts_->populate) parts_->populate->Stop();
   if (parts_ && parts_->committed) parts_->committed->Stop();
   if (https_) {
     https_->Stop();  // in-flight admissions are answered over their loop connections

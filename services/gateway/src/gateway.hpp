@@ -49,6 +49,10 @@ struct GatewaySettings {
   bool in_cluster = false;
   std::string kubeconfig;
   std::string kube_context;
+  // The controllers run with that access (cluster/populate_controller.hpp): "" or a comma list of
+  // populator, datavolumes.
+  std::string controllers;
+  std::string volume_name_prefix = "pvc";  // external-provisioner's --volume-name-prefix
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& settings);

@@ -421,7 +421,37 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
     v.audit_annotations.clear();  // nothing to populate; the record only marks the name as taken
     return v;
   };
-  if (ref == nullptr) return record_plain();
+  if (ref == nullptr) {
+    const std::string target = k8s::FindAnnotation(in.object, kPrimeForAnnotation).value_or("");
+    if (target.empty()) return record_plain();
+    // A prime PVC: the source is the target PVC's, as recorded when the target was stored (the
+    // gateway sends a namespace's PVCs in the order the apiserver stored them). Without that
+    // record nothing is written: the populator then answers "no population record ... retry"
+    // rather than making the prime blank.
+    auto raw = lookup(bus::buckets::kSources, SourceRecordKey(ns, "PersistentVolumeClaim", target));
+    if (!raw.ok()) {
+      Verdict v = Outcome(kRule, kOutcomeError);
+      v.error = Annotate(raw.status(), "looking up PVC " + ns + "/" + target);
+      return v;
+    }
+    v1::PopulationRecord target_record;
+    if (!raw->has_value() || !target_record.ParseFromString(**raw) ||
+        (target_record.source().kind_case() == v1::PopulationSource::KIND_NOT_SET &&
+         target_record.data_source_ref().empty())) {
+      Verdict v = Outcome(kRule, kOutcomeAllowed);
+      v.warnings.push_back("wisp: PVC " + ns + "/" + target + ", which prime PVC " + ns + "/" +
+                           in.Name() + " populates, has no wisp data source");
+      return v;
+    }
+    *record.mutable_source() = target_record.source();
+    record.set_content_type(target_record.content_type());
+    record.set_data_source_ref(target_record.data_source_ref());
+    record.set_populated_for(target);
+    std::vector<std::string> causes;
+    FillTarget(*spec, &record, causes, "spec");
+    if (!causes.empty()) return Deny(kRule, causes, 422, "Invalid");
+    return Record(kRule, in, record);
+  }
   std::string ref_ns = k8s::GetString(*ref, {"namespace"});
   if (!ref_ns.empty()) {
     return Deny(kRule, {fld + ".namespace: Invalid value: DataSourceRef namespace not supported"},

@@ -450,5 +450,40 @@ TEST(DataVolumeTest, SpecIsImmutable) {
   EXPECT_TRUE(ms.allowed) << ms.message;
 }
 
+// Tests the populator controller's prime PVC: recorded with the source of the PVC it populates
+// (so the volume external-provisioner creates for it is filled from that source), and with no
+// record at all while that PVC has none (never a blank volume by mistake).
+TEST(PvcSourcesTest, PrimeTakesTheSourceOfThePvcItPopulates) {
+  Store store;
+  v1::PopulationRecord target;
+  target.set_kind("PersistentVolumeClaim");
+  target.mutable_source()->mutable_http()->set_url("https://images.example/disk.qcow2");
+  target.set_data_source_ref("wisp.dev/VolumeImportSource/img");
+  store.records[std::string(bus::buckets::kSources) + "/vms.PersistentVolumeClaim.disk"] =
+      target.SerializeAsString();
+  const std::string prime =
+      PlainPvc("wisp-prime-u1", R"(,"annotations":{"wisp.dev/prime-for":"disk"})").dump();
+  Verdict v = EvaluatePvc(Input("", "PersistentVolumeClaim", "CREATE", prime, "vms"), Policy{},
+                          store.Lookup());
+  ASSERT_TRUE(v.allowed);
+  ASSERT_EQ(v.writes.size(), 1u);
+  EXPECT_EQ(v.writes[0].key, "vms.PersistentVolumeClaim.wisp-prime-u1");
+  v1::PopulationRecord r;
+  ASSERT_TRUE(r.ParseFromString(v.writes[0].value));
+  EXPECT_EQ(r.source().http().url(), "https://images.example/disk.qcow2");
+  EXPECT_EQ(r.data_source_ref(), "wisp.dev/VolumeImportSource/img");
+  EXPECT_EQ(r.populated_for(), "disk");
+  EXPECT_EQ(r.capacity_bytes(), 1073741824);
+
+  const std::string orphan =
+      PlainPvc("wisp-prime-u2", R"(,"annotations":{"wisp.dev/prime-for":"nothing"})").dump();
+  v = EvaluatePvc(Input("", "PersistentVolumeClaim", "CREATE", orphan, "vms"), Policy{},
+                  store.Lookup());
+  EXPECT_TRUE(v.allowed);
+  EXPECT_TRUE(v.writes.empty());
+  ASSERT_EQ(v.warnings.size(), 1u);
+  EXPECT_NE(v.warnings[0].find("has no wisp data source"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace wisp::policy

@@ -87,6 +87,10 @@ inline constexpr std::string_view kServiceAccountSharedDir =
     "/var/run/secrets/kubernetes.io/serviceaccount/";
 // CDI: a PVC carrying this annotation with a DataVolume's name is that DataVolume's to adopt.
 inline constexpr std::string_view kPopulatedForAnnotation = "cdi.kubevirt.io/storage.populatedFor";
+// The populator controller's prime PVC (services/gateway/src/cluster/populate_plan.hpp) names the
+// PVC it populates, in its own namespace: its record is that PVC's source, so the volume that
+// external-provisioner creates for the prime is filled from it.
+inline constexpr std::string_view kPrimeForAnnotation = "wisp.dev/prime-for";
 
 struct KvWrite {
   std::string bucket;
