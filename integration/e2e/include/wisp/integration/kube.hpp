@@ -15,7 +15,8 @@
 //     Start() returns when /readyz answers ok. With kube-controller-manager, the serviceaccount,
 //     namespace, garbage-collector, resource-quota, persistentvolume-binder (binds claims, hands
 //     dynamic ones to external-provisioner) and pvc/pv-protection controllers run; without it,
-//     CreateNamespace() creates the `default` ServiceAccount itself (the ServiceAccount admission plugin needs it for pods).
+//     CreateNamespace() creates the `default` ServiceAccount itself (the ServiceAccount
+//     admission plugin needs it for pods).
 //   - Kubectl() runs the real kubectl (WISP_KUBECTL, else build/tools/kubectl, which scripts/e2e
 //     extracts) against the cluster, with stdin from `input`; never through a shell.
 //   - The destructor stops what it started (process groups) and removes its files; an existing
