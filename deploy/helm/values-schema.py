@@ -50,7 +50,7 @@ schema={
   "gateway":O({
     "failureMode":S(enum=["closed","open"]),"httpsPort":port,"metricsPort":port,
     "service":O({"type":S(enum=["ClusterIP","NodePort","LoadBalancer"]),"port":port}),
-    "controller":O({"replicas":I(minimum=1),"resources":res,"nodeSelector":free,"tolerations":tol,"podDisruptionBudget":pdb}),
+    "controller":O({"replicas":I(minimum=1),"controllers":A(S(enum=["populator","datavolumes"]),uniqueItems=True,description="run by the leading controller gateway (--controllers)"),"resources":res,"nodeSelector":free,"tolerations":tol,"podDisruptionBudget":pdb}),
     "node":O({"volumeRoot":S(pattern="^/"),"kubeletDir":S(pattern="^/"),"priorityClassName":S(),"resources":res,"nodeSelector":free,"tolerations":tol,
       "natsUsers":O({"nodes":A(S(pattern="^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"))})}),
     "provisioner":O({"image":img,"timeout":dur,"resources":res}),

@@ -632,6 +632,10 @@ TEST(Story3Population, HttpQcow2XzDataVolumeSucceedsHoldingQemuImgsBytes) {
   CommandResult cmp = RunArgv({"cmp", g_images_dir + "/expected.raw", image});
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
 
+  // The controllers ran as the Lease's holder (the chart runs two replicas, one leading).
+  Json lease = GetJson({"-n", "wisp-system", "lease", "wisp-controllers"});
+  EXPECT_EQ(lease.value("/spec/holderIdentity"_json_pointer, ""), "e2e-gateway") << lease.dump(2);
+
   // Events where users look (kubectl describe dv).
   Json events = GetJson({"-n", "vms", "events", "--field-selector",
                          "involvedObject.kind=DataVolume,involvedObject.name=golden"});
@@ -745,8 +749,12 @@ int main(int argc, char** argv) {
   // The gateway watches the cluster as the chart's controller gateway does (--in-cluster there):
   // wisp's records follow what this apiserver stores, and its populator and DataVolume
   // controllers run.
-  options.extra_args["wisp-gateway"] = {"--kubeconfig", g_kube->kubeconfig(), "--controllers",
-                                        "populator,datavolumes"};
+  options.extra_args["wisp-gateway"] = {"--kubeconfig", g_kube->kubeconfig()};
+  for (const char* arg : {"--controllers", "populator,datavolumes", "--leader-election",
+                          "--leader-election-namespace", "wisp-system",
+                          "--leader-election-identity", "e2e-gateway"}) {
+    options.extra_args["wisp-gateway"].push_back(arg);
+  }
   auto stack = Stack::Start(options);
   if (!stack.ok()) {
     std::cerr << "e2e: the wisp stack did not start: " << stack.status() << std::endl;

@@ -17,6 +17,7 @@
 #include "wisp/bus/subjects.hpp"
 #include "wisp/fsutil/mounter.hpp"
 #include "wisp/kube/config.hpp"
+#include "wisp/kube/leader_election.hpp"
 #include "wisp/log/log.hpp"
 #include "wisp/status/clock.hpp"
 
@@ -36,6 +37,7 @@ struct Gateway::Parts {
   kube::ClientPtr kube;
   std::unique_ptr<cluster::CommittedObjects> committed;
   std::unique_ptr<cluster::PopulateController> populate;
+  std::unique_ptr<kube::LeaderElector> elector;
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
@@ -161,6 +163,17 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
                "external-provisioner's --volume-name-prefix: CreateVolume names the volume of a "
                "PVC <prefix>-<uid of the PVC>, which the DataVolume controller reads progress "
                "from.");
+  flags.Bool("leader-election", &s.leader_election,
+             "Run --controllers only while this replica holds the Lease wisp-controllers (in "
+             "--leader-election-namespace), as client-go's leader election does: the other "
+             "replicas keep their copies current and take over within about 15 s of a leader "
+             "lost (at once when it stops cleanly). Needs get/create/update on leases there.");
+  flags.String("leader-election-namespace", &s.leader_election_namespace,
+               "Namespace of the Lease (default: the service account's with --in-cluster, else "
+               "`default`).");
+  flags.String("leader-election-identity", &s.leader_election_identity,
+               "This replica's name in the Lease (default: the host name, which is the pod's "
+               "name in Kubernetes).");
 }
 
 absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
@@ -191,6 +204,9 @@ absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
   }
   if (!s.controllers.empty() && !s.in_cluster && s.kubeconfig.empty()) {
     return absl::InvalidArgumentError("controllers: need --in-cluster or --kubeconfig");
+  }
+  if (s.leader_election && s.controllers.empty()) {
+    return absl::InvalidArgumentError("leader-election: there are no --controllers to lead");
   }
   if (!s.csi_endpoint.empty() && s.csi_endpoint.rfind("unix://", 0) != 0) {
     return absl::InvalidArgumentError("csi-endpoint: \"" + s.csi_endpoint +
@@ -306,8 +322,27 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
       options.volume_name_prefix = settings.volume_name_prefix;
       gw->parts_->populate = std::make_unique<cluster::PopulateController>(
           *gw->parts_->kube, process.bus(), process.registry(), options);
+      if (settings.leader_election) {
+        kube::LeaderElectionOptions le;
+        le.namespace_name = settings.leader_election_namespace.empty()
+                                ? config.default_namespace
+                                : settings.leader_election_namespace;
+        le.name = "wisp-controllers";
+        le.identity = settings.leader_election_identity;
+        if (le.identity.empty()) {
+          char host[256] = {};
+          gethostname(host, sizeof(host) - 1);
+          le.identity = host;
+        }
+        gw->parts_->populate->SetLeading(false);
+        cluster::PopulateController* populate = gw->parts_->populate.get();
+        gw->parts_->elector = std::make_unique<kube::LeaderElector>(
+            *gw->parts_->kube, le, [populate](bool leading) { populate->SetLeading(leading); });
+        gw->parts_->elector->Start();
+      }
       gw->parts_->populate->Start();
-      SPDLOG_LOGGER_INFO(logger, "running controllers: {}", settings.controllers);
+      SPDLOG_LOGGER_INFO(logger, "running controllers: {}{}", settings.controllers,
+                         settings.leader_election ? " (while leading)" : "");
     }
   }
 
@@ -323,6 +358,7 @@ Gateway::~Gateway() { Stop(); }
 uint16_t Gateway::https_port() const { return https_ ? https_->port() : 0; }
 
 void Gateway::Stop() {
+  if (parts_ && parts_->elector) parts_->elector->Stop();  // releases the Lease
   if (parts_ && parts_->populate) parts_->populate->Stop();
   if (parts_ && parts_->committed) parts_->committed->Stop();
   if (https_) {

@@ -53,6 +53,11 @@ struct GatewaySettings {
   // populator, datavolumes.
   std::string controllers;
   std::string volume_name_prefix = "pvc";  // external-provisioner's --volume-name-prefix
+  // One leading replica runs the controllers (kube/leader_election.hpp); "" namespace = the
+  // service account's namespace in cluster, else no election.
+  bool leader_election = false;
+  std::string leader_election_namespace;
+  std::string leader_election_identity;  // default: node name and pid
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& settings);

@@ -138,6 +138,16 @@ bool PopulateController::Synced() const {
   return !options_.datavolumes || (datavolumes_->synced() && sources_->synced());
 }
 
+void PopulateController::SetLeading(bool leading) {
+  {
+    std::lock_guard lock(mu_);
+    leading_ = leading;
+  }
+  if (!leading) return;
+  EnqueueAllPvcs();
+  for (const Json& dv : datavolumes_->All()) Enqueue("dv/" + KeyOf(dv));
+}
+
 void PopulateController::Enqueue(const std::string& key, std::chrono::milliseconds delay) {
   {
     std::lock_guard lock(mu_);
@@ -198,7 +208,7 @@ void PopulateController::Work() {
           queued_.insert(delayed_.begin()->second);
           delayed_.erase(delayed_.begin());
         }
-        if (!queued_.empty() && Synced()) break;
+        if (!queued_.empty() && leading_ && Synced()) break;
         if (!delayed_.empty()) {
           cv_.wait_until(lock,
                          std::min(delayed_.begin()->first, now + std::chrono::milliseconds(200)));

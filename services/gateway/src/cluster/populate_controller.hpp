@@ -18,8 +18,9 @@
 //     poll_interval to refresh its progress from wisp-populator (wisp.v1.volume.get of the
 //     prime's volume, "<volume_name_prefix>-<uid of the prime>", as external-provisioner names
 //     it).
-//   - Nothing is done until every copy has had its first list (Synced()); Stop() returns within
-//     the reflectors' stop bound plus one API call.
+//   - Nothing is done until every copy has had its first list (Synced()), nor while another
+//     replica leads (SetLeading); Stop() returns within the reflectors' stop bound plus one API
+//     call.
 //   - Metrics: wisp_gateway_populate_actions_total{controller,action,result},
 //     kubevirt_cdi_import_progress_total{ownerUID} (CDI's importer metric: the percentage of a
 //     DataVolume's import, while it runs).
@@ -81,6 +82,10 @@ class PopulateController {
   void Start();
   void Stop();
   bool Synced() const;
+  // Only a leading controller writes (kube::LeaderElector's on_change): while not leading the
+  // copies stay current and the keys wait; becoming leader looks at every object again. A new
+  // controller leads until told otherwise.
+  void SetLeading(bool leading);
 
   class Cache;
 
@@ -116,6 +121,7 @@ class PopulateController {
   std::multimap<std::chrono::steady_clock::time_point, std::string> delayed_;
   std::map<std::string, std::chrono::milliseconds> backoff_;  // worker thread only
   bool stopping_ = false;
+  bool leading_ = true;
   std::thread worker_;
 };
 
