@@ -497,6 +497,14 @@ spec:
   if (made.exit_code != 0) return absl::InternalError("making the test image: " + made.output);
   g_images = std::make_unique<populator::testing::TestHttpServer>();
   g_images->Serve("/disk.qcow2.xz", g_images_dir + "/disk.qcow2.xz");
+  // The same bytes at 1 MiB/s: an import long enough to kill a populator, or delete its claim,
+  // in the middle of it.
+  populator::testing::ServeOptions slow;
+  slow.bytes_per_second = 1 << 20;
+  g_images->Serve("/slow.qcow2.xz", g_images_dir + "/disk.qcow2.xz", slow);
+  // The raw image (64 MiB) at 8 MiB/s: a raw download resumes where the bytes on disk end.
+  slow.bytes_per_second = 8 << 20;
+  g_images->Serve("/slow.raw", g_images_dir + "/expected.raw", slow);
   return g_images->Start();
 }
 
@@ -644,6 +652,100 @@ TEST(Story3Population, HttpQcow2XzDataVolumeSucceedsHoldingQemuImgsBytes) {
   EXPECT_NE(reasons.find("ImportSucceeded"), std::string::npos) << reasons;
 }
 
+double Percent(const Json& dv) {
+  try {
+    return std::stod(dv.value("/status/progress"_json_pointer, std::string("0")));
+  } catch (...) {
+    return 0;
+  }
+}
+
+// A populator killed in the middle of the import: its job is redelivered to the populator that
+// starts in its place, which resumes a raw download where the bytes on disk end (an HTTP Range
+// request; a compressed or qcow2 source starts again from byte 0), and the DataVolume ends
+// Succeeded with the source's bytes.
+TEST(Story3Population, KilledPopulatorResumesAndTheVolumeIsWhole) {
+  ASSERT_EQ(g_population_unavailable, "");
+  ASSERT_EQ(Create(DataVolumeYaml("resumed", g_images->Url("/slow.raw"))).exit_code, 0);
+  auto dv = [] { return GetJson({"-n", "vms", "datavolume", "resumed"}); };
+  ASSERT_TRUE(WaitUntil(
+                  [] {
+                    return GetJson({"-n", "vms", "pvc", "resumed"});
+                  },
+                  [](const Json& p) { return p.is_object(); }, 60s)
+                  .is_object());
+  ChooseNodeForClaim("resumed");
+  Json midway = WaitUntil(
+      dv, [](const Json& d) { return Percent(d) >= 20; }, 120s);
+  ASSERT_GE(Percent(midway), 20) << midway.dump(2);
+  ASSERT_LT(Percent(midway), 100) << "the import finished before the kill";
+  const size_t ranges_before = g_images->RangeRequests().size();
+  g_stack->Kill("wisp-populator");
+  std::cout << "resumed: wisp-populator killed at " << midway["status"].value("progress", "")
+            << std::endl;
+  ASSERT_TRUE(g_stack->StartService("wisp-populator").ok());
+  std::vector<std::string> phases;
+  Json done = WaitUntil(
+      dv, [](const Json& d) { return Phase(d) == "Succeeded" || Phase(d) == "Failed"; }, 240s,
+      &phases);
+  ASSERT_EQ(Phase(done), "Succeeded") << done.dump(2);
+  std::string resumed_from;
+  const auto ranges = g_images->RangeRequests();
+  for (size_t i = ranges_before; i < ranges.size(); ++i) {
+    if (ranges[i].rfind("bytes=", 0) == 0 && ranges[i] != "bytes=0-") resumed_from = ranges[i];
+  }
+  EXPECT_NE(resumed_from, "") << "the restarted populator began again from byte 0";
+  std::cout << "resumed: " << Join(phases) << ", the new populator asked for " << resumed_from
+            << std::endl;
+  Json pvc = GetJson({"-n", "vms", "pvc", "resumed"});
+  Json pv = GetJson({"pv", pvc["spec"].value("volumeName", "")});
+  const std::string image =
+      g_stack->volume_root() + "/" + pv["spec"]["csi"].value("volumeHandle", "") + "/disk.img";
+  CommandResult cmp = RunArgv({"cmp", g_images_dir + "/expected.raw", image});
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+}
+
+// A DataVolume deleted in the middle of its import takes its PVC and the prime PVC with it (the
+// garbage collector, through the owner references), and no PersistentVolume is left behind for
+// either: the one external-provisioner makes when the import ends is released and deleted.
+TEST(Story3Population, DataVolumeDeletedMidImportLeavesNoClaimOrVolume) {
+  ASSERT_EQ(g_population_unavailable, "");
+  ASSERT_EQ(Create(DataVolumeYaml("doomed", g_images->Url("/slow.qcow2.xz"))).exit_code, 0);
+  Json pvc = WaitUntil(
+      [] {
+        return GetJson({"-n", "vms", "pvc", "doomed"});
+      },
+      [](const Json& p) { return p.is_object(); }, 60s);
+  ASSERT_TRUE(pvc.is_object());
+  const std::string uid = pvc["metadata"].value("uid", "");
+  const std::string prime = "wisp-prime-" + uid;
+  ChooseNodeForClaim("doomed");
+  Json midway = WaitUntil(
+      [] {
+        return GetJson({"-n", "vms", "datavolume", "doomed"});
+      },
+      [](const Json& d) { return Percent(d) >= 10; }, 120s);
+  ASSERT_GE(Percent(midway), 10) << midway.dump(2);
+  ASSERT_TRUE(
+      g_kube->MustKubectl({"-n", "vms", "delete", "datavolume", "doomed", "--wait=false"}).ok());
+  auto left = [&] {
+    Json out = Json::array();
+    for (const std::string& name : {std::string("doomed"), prime}) {
+      if (Json p = GetJson({"-n", "vms", "pvc", name}); p.is_object()) out.push_back("pvc/" + name);
+    }
+    Json pvs = GetJson({"pv"});
+    for (const auto& pv : pvs.value("items", Json::array())) {
+      const std::string claim = pv.value("/spec/claimRef/name"_json_pointer, "");
+      if (claim == "doomed" || claim == prime)
+        out.push_back("pv/" + pv["metadata"].value("name", ""));
+    }
+    return out;
+  };
+  Json remaining = WaitUntil(
+      left, [](const Json& l) { return l.empty(); }, 120s);
+  EXPECT_TRUE(remaining.empty()) << "left behind: " << remaining.dump();
+}
+
 TEST(Story3Population, UnreachableSourceFailsNamingTheCauseAndBindsNothing) {
   ASSERT_EQ(g_population_unavailable, "");
   ASSERT_EQ(Create(DataVolumeYaml("missing", g_images->Url("/no-such-image.qcow2"))).exit_code, 0);
@@ -755,6 +857,8 @@ int main(int argc, char** argv) {
                           "--leader-election-identity", "e2e-gateway"}) {
     options.extra_args["wisp-gateway"].push_back(arg);
   }
+  // Checkpoints every 4 MiB (default 64 MiB): the resume story's 64 MiB image gets some.
+  options.extra_args["wisp-populator"] = {"--checkpoint-interval", "4194304"};
   auto stack = Stack::Start(options);
   if (!stack.ok()) {
     std::cerr << "e2e: the wisp stack did not start: " << stack.status() << std::endl;
