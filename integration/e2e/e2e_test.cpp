@@ -420,67 +420,10 @@ std::string g_population_unavailable;  // why the population stories cannot run 
 std::unique_ptr<populator::testing::TestHttpServer> g_images;
 std::string g_images_dir;
 
-// The StorageClasses of the rendered chart, as a YAML stream.
-std::string ChartStorageClasses() {
-  std::string out;
-  for (const YAML::Node& doc : YAML::LoadAll(g_rendered_chart)) {
-    if (doc && doc["kind"] && doc["kind"].as<std::string>() == "StorageClass") {
-      YAML::Emitter e;
-      e << doc;
-      out += std::string("---\n") + e.c_str() + "\n";
-    }
-  }
-  return out;
-}
-
 absl::Status StartPopulation(const std::string& dir) {
-  std::string bin = Env("WISP_E2E_CSI_PROVISIONER");
-  if (bin.empty() && !Env("WISP_E2E_KUBE_BIN_DIR").empty()) {
-    bin = Env("WISP_E2E_KUBE_BIN_DIR") + "/csi-provisioner";
-  }
-  if (bin.empty() || ::access(bin.c_str(), X_OK) != 0) {
-    return absl::NotFoundError(
-        "no external-provisioner: build kubernetes-csi/external-provisioner v5.2.0 "
-        "(./cmd/csi-provisioner) and put it next to kube-apiserver or name it in "
-        "WISP_E2E_CSI_PROVISIONER (docs/operations.md, \"Running the e2e suite\")");
-  }
-  if (g_kube->started() && !g_kube->has_controller_manager()) {
-    return absl::NotFoundError(
-        "no kube-controller-manager next to kube-apiserver: its persistentvolume-binder binds "
-        "the claims");
-  }
-  // The node wisp's volumes live on, as the kubelet and wisp's node plugin would register it:
-  // a Node with wisp's topology label and a CSINode naming the driver and its topology key.
-  WISP_RETURN_IF_ERROR(g_kube
-                           ->MustKubectl({"apply", "--server-side", "-f", "-"}, R"(
-apiVersion: v1
-kind: Node
-metadata:
-  name: node-a
-  labels: {kubernetes.io/hostname: node-a, topology.wisp.dev/node: node-a}
----
-apiVersion: storage.k8s.io/v1
-kind: CSINode
-metadata: {name: node-a}
-spec:
-  drivers:
-    - {name: csi.wisp.dev, nodeID: node-a, topologyKeys: [topology.wisp.dev/node]}
-)")
-                           .status());
-  const std::string classes = ChartStorageClasses();
-  if (classes.empty()) return absl::InternalError("the rendered chart has no StorageClass");
-  WISP_RETURN_IF_ERROR(
-      g_kube->MustKubectl({"apply", "--server-side", "-f", "-"}, classes).status());
-  // As the chart's controller Deployment runs it (deploy/helm/wisp/templates/
-  // gateway-controller.yaml), but one replica and no leader election.
-  WISP_ASSIGN_OR_RETURN(
-      g_provisioner,
-      Process::Start({.path = bin,
-                      .args = {"--csi-address=" + g_stack->csi_socket(),
-                               "--kubeconfig=" + g_kube->kubeconfig(), "--extra-create-metadata",
-                               "--feature-gates=Topology=true", "--timeout=300s",
-                               "--leader-election=false", "--v=3"},
-                      .env = {{"KUBECONFIG", g_kube->kubeconfig()}}}));
+  WISP_ASSIGN_OR_RETURN(g_provisioner, StartExternalProvisioner(*g_kube, *g_stack));
+  WISP_RETURN_IF_ERROR(RegisterCsiNode(*g_kube, "node-a"));
+  WISP_RETURN_IF_ERROR(ApplyChartStorageClasses(*g_kube, g_rendered_chart));
   // The image: 64 MiB with five random MiBs, as qcow2, xz-compressed; qemu-img's own raw
   // conversion is what the volume must hold.
   g_images_dir = dir + "/images";
@@ -851,12 +794,7 @@ int main(int argc, char** argv) {
   // The gateway watches the cluster as the chart's controller gateway does (--in-cluster there):
   // wisp's records follow what this apiserver stores, and its populator and DataVolume
   // controllers run.
-  options.extra_args["wisp-gateway"] = {"--kubeconfig", g_kube->kubeconfig()};
-  for (const char* arg : {"--controllers", "populator,datavolumes", "--leader-election",
-                          "--leader-election-namespace", "wisp-system",
-                          "--leader-election-identity", "e2e-gateway"}) {
-    options.extra_args["wisp-gateway"].push_back(arg);
-  }
+  options.extra_args["wisp-gateway"] = ControllerGatewayArgs(*g_kube);
   // Checkpoints every 4 MiB (default 64 MiB): the resume story's 64 MiB image gets some.
   options.extra_args["wisp-populator"] = {"--checkpoint-interval", "4194304"};
   auto stack = Stack::Start(options);

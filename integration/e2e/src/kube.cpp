@@ -419,4 +419,69 @@ std::string WebhookHost() {
   return host.empty() ? "127.0.0.1" : host;
 }
 
+std::vector<std::string> ControllerGatewayArgs(const KubeCluster& kube,
+                                               const std::string& identity) {
+  return {"--kubeconfig",
+          kube.kubeconfig(),
+          "--controllers",
+          "populator,datavolumes",
+          "--leader-election",
+          "--leader-election-namespace",
+          "wisp-system",
+          "--leader-election-identity",
+          identity};
+}
+
+absl::Status RegisterCsiNode(const KubeCluster& kube, const std::string& node) {
+  const std::string manifest =
+      "apiVersion: v1\nkind: Node\nmetadata:\n  name: " + node +
+      "\n  labels: {kubernetes.io/hostname: " + node + ", topology.wisp.dev/node: " + node +
+      "}\n---\napiVersion: storage.k8s.io/v1\nkind: CSINode\n"
+      "metadata: {name: " +
+      node + "}\nspec:\n  drivers:\n    - {name: csi.wisp.dev, nodeID: " + node +
+      ", topologyKeys: [topology.wisp.dev/node]}\n";
+  return kube.MustKubectl({"apply", "--server-side", "-f", "-"}, manifest).status();
+}
+
+absl::Status ApplyChartStorageClasses(const KubeCluster& kube, const std::string& rendered_chart) {
+  std::string classes;
+  for (const YAML::Node& doc : YAML::LoadAll(rendered_chart)) {
+    if (doc.IsMap() && doc["kind"] && doc["kind"].as<std::string>() == "StorageClass") {
+      YAML::Emitter e;
+      e << doc;
+      classes += std::string("---\n") + e.c_str() + "\n";
+    }
+  }
+  if (classes.empty()) return absl::InternalError("the rendered chart has no StorageClass");
+  return kube.MustKubectl({"apply", "--server-side", "-f", "-"}, classes).status();
+}
+
+absl::StatusOr<std::unique_ptr<Process>> StartExternalProvisioner(const KubeCluster& kube,
+                                                                  const Stack& stack) {
+  std::string bin = Env("WISP_E2E_CSI_PROVISIONER");
+  if (bin.empty() && !Env("WISP_E2E_KUBE_BIN_DIR").empty()) {
+    bin = Env("WISP_E2E_KUBE_BIN_DIR") + "/csi-provisioner";
+  }
+  if (bin.empty() || ::access(bin.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(
+        "no external-provisioner: build kubernetes-csi/external-provisioner v5.2.0 "
+        "(./cmd/csi-provisioner) and put it next to kube-apiserver or name it in "
+        "WISP_E2E_CSI_PROVISIONER (docs/operations.md, \"Running the e2e suite\")");
+  }
+  if (kube.started() && !kube.has_controller_manager()) {
+    return absl::NotFoundError(
+        "no kube-controller-manager next to kube-apiserver: its persistentvolume-binder binds "
+        "the claims");
+  }
+  // As the chart's controller Deployment runs it (deploy/helm/wisp/templates/
+  // gateway-controller.yaml), but one replica and no leader election. It reads KUBECONFIG
+  // before --kubeconfig: set both.
+  return Process::Start(
+      {.path = bin,
+       .args = {"--csi-address=" + stack.csi_socket(), "--kubeconfig=" + kube.kubeconfig(),
+                "--extra-create-metadata", "--feature-gates=Topology=true", "--timeout=300s",
+                "--leader-election=false", "--v=3"},
+       .env = {{"KUBECONFIG", kube.kubeconfig()}}});
+}
+
 }  // namespace wisp::integration

@@ -36,7 +36,7 @@ struct ControllerOptions {
   int64_t default_capacity_bytes = int64_t{1} << 30;
   std::chrono::milliseconds bus_timeout{5000};
   std::chrono::milliseconds create_timeout{std::chrono::minutes(10)};  // cap on waiting for ready
-  std::chrono::milliseconds poll_interval{200};
+  std::chrono::milliseconds poll_interval{200};  // most between two looks at a waited-for volume
 };
 
 // Checks capabilities for node-local mount volumes; the message names the field.

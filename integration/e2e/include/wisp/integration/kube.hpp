@@ -123,4 +123,23 @@ absl::Status RegisterWebhooks(const KubeCluster& kube, const std::string& render
 // The address the apiserver calls webhooks at: WISP_E2E_WEBHOOK_HOST, else 127.0.0.1.
 std::string WebhookHost();
 
+// ---- population (issue 22): wisp's controllers with the real external-provisioner ----------
+// The gateway flags that run wisp's populator and DataVolume controllers against `kube` (one
+// replica, holding the Lease wisp-controllers in wisp-system, identity `identity`).
+std::vector<std::string> ControllerGatewayArgs(const KubeCluster& kube,
+                                               const std::string& identity = "e2e-gateway");
+// Registers node `node` as the kubelet and wisp's node plugin would: a Node labelled
+// topology.wisp.dev/node=<node> and a CSINode naming csi.wisp.dev with that topology key, so
+// external-provisioner (Topology=true, as the chart runs it) provisions there.
+absl::Status RegisterCsiNode(const KubeCluster& kube, const std::string& node);
+// Applies the StorageClasses of `rendered_chart` (wisp-populated, WaitForFirstConsumer).
+absl::Status ApplyChartStorageClasses(const KubeCluster& kube, const std::string& rendered_chart);
+// external-provisioner (kubernetes-csi v5.2.0, built from its tag's vendor/) on `stack`'s CSI
+// socket, with the chart's flags but one replica and no leader election. The binary:
+// WISP_E2E_CSI_PROVISIONER, else csi-provisioner in WISP_E2E_KUBE_BIN_DIR; NotFound saying how to
+// get one when neither exists, or when a started cluster has no kube-controller-manager (its
+// persistentvolume-binder binds the claims).
+absl::StatusOr<std::unique_ptr<Process>> StartExternalProvisioner(const KubeCluster& kube,
+                                                                  const Stack& stack);
+
 }  // namespace wisp::integration
