@@ -209,6 +209,17 @@ TEST(PlanDataVolume, UnservedSourceFailsNamingTheField) {
   EXPECT_EQ(plan.events[0].type, "Warning");
 }
 
+TEST(PlanDataVolume, BlockVolumeModeFailsNamingTheField) {
+  Json dv = HttpDataVolume();
+  dv["spec"]["storage"]["volumeMode"] = "Block";
+  DataVolumePlan plan = PlanDataVolume({&dv}, {}, "t");
+  EXPECT_FALSE(plan.create_pvc.has_value());
+  EXPECT_EQ(plan.phase, "Failed");
+  EXPECT_EQ((*Condition(*plan.status, "Ready"))["message"].get<std::string>().rfind(
+                "spec.storage.volumeMode: Unsupported value: \"Block\"", 0),
+            0u);
+}
+
 struct Fixture {
   Json dv = HttpDataVolume();
   Json pvc = Pvc("fedora");
