@@ -495,6 +495,17 @@ std::string Join(const std::vector<std::string>& v) {
   return out;
 }
 
+// The reasons of the events about `kind` `name` in vms, each followed by a space (the order is
+// the events' creation second, not finer).
+std::string EventReasons(const std::string& kind, const std::string& name) {
+  Json events =
+      GetJson({"-n", "vms", "events", "--sort-by=.metadata.creationTimestamp", "--field-selector",
+               "involvedObject.kind=" + kind + ",involvedObject.name=" + name});
+  std::string reasons;
+  for (const auto& e : events.value("items", Json::array())) reasons += e.value("reason", "") + " ";
+  return reasons;
+}
+
 std::string DataVolumeYaml(const std::string& name, const std::string& url) {
   return "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: " + name +
          ", namespace: vms}\nspec:\n  source: {http: {url: \"" + url +
@@ -593,6 +604,10 @@ TEST(Story3Population, HttpQcow2XzDataVolumeSucceedsHoldingQemuImgsBytes) {
   std::string reasons;
   for (const auto& e : events.value("items", Json::array())) reasons += e.value("reason", "") + " ";
   EXPECT_NE(reasons.find("ImportSucceeded"), std::string::npos) << reasons;
+  // The PVC's own: wisp's two among the PV controller's and external-provisioner's.
+  const std::string pvc_reasons = EventReasons("PersistentVolumeClaim", "golden");
+  EXPECT_NE(pvc_reasons.find("Populating "), std::string::npos) << pvc_reasons;
+  EXPECT_NE(pvc_reasons.find("Populated "), std::string::npos) << pvc_reasons;
 }
 
 double Percent(const Json& dv) {
@@ -710,6 +725,13 @@ TEST(Story3Population, UnreachableSourceFailsNamingTheCauseAndBindsNothing) {
   EXPECT_NE(ready->value("message", "").find("404"), std::string::npos) << failed.dump(2);
   pvc = GetJson({"-n", "vms", "pvc", "missing"});
   EXPECT_EQ(Phase(pvc), "Pending") << "a PVC bound to a failed import: " << pvc.dump(2);
+  Json warned =
+      WaitUntil([] { return Json(EventReasons("PersistentVolumeClaim", "missing")); },
+                [](const Json& r) {
+                  return r.get<std::string>().find("PopulationFailed") != std::string::npos;
+                },
+                30s);
+  EXPECT_NE(warned.get<std::string>().find("PopulationFailed"), std::string::npos) << warned;
 }
 
 // ---- story 4: any pod gets a token for any audience ------------------------------------------

@@ -226,8 +226,8 @@ void PopulateController::Work() {
     const std::string ns = key.substr(a + 1, b - a - 1);
     const std::string name = key.substr(b + 1);
     std::chrono::milliseconds requeue_after{0};
-    absl::Status status =
-        kind == "pvc" ? ReconcilePvc(ns, name) : ReconcileDataVolume(ns, name, requeue_after);
+    absl::Status status = kind == "pvc" ? ReconcilePvc(ns, name, requeue_after)
+                                        : ReconcileDataVolume(ns, name, requeue_after);
     if (status.ok()) {
       backoff_.erase(key);
       if (requeue_after.count() > 0) Enqueue(key, requeue_after);
@@ -251,7 +251,8 @@ void PopulateController::Count(const char* controller, std::string_view action,
       .Increment();
 }
 
-absl::Status PopulateController::ReconcilePvc(const std::string& ns, const std::string& name) {
+absl::Status PopulateController::ReconcilePvc(const std::string& ns, const std::string& name,
+                                              std::chrono::milliseconds& requeue_after) {
   if (!options_.populator) return absl::OkStatus();
   auto pvc = pvcs_->Get(ns + "/" + name);
   if (!pvc) return absl::OkStatus();  // gone: its prime is owned by it (the garbage collector)
@@ -278,6 +279,12 @@ absl::Status PopulateController::ReconcilePvc(const std::string& ns, const std::
       if (created.ok()) {
         SPDLOG_LOGGER_INFO(logger_, "PVC {}/{}: created prime PVC {} to populate it", ns, name,
                            plan.name);
+        const Json& ref = (*pvc)["spec"]["dataSourceRef"];
+        PostEvent("populator", *pvc, "v1", "PersistentVolumeClaim",
+                  {"Normal", "Populating",
+                   "Populating from " + k8s::GetString(ref, {"apiGroup"}) + " " +
+                       k8s::GetString(ref, {"kind"}) + " " + k8s::GetString(ref, {"name"}) +
+                       " through prime PVC " + plan.name});
       }
       status = Tolerable(status, true, false) ? absl::OkStatus() : status;
       break;
@@ -288,6 +295,9 @@ absl::Status PopulateController::ReconcilePvc(const std::string& ns, const std::
       if (patched.ok()) {
         SPDLOG_LOGGER_INFO(logger_, "PVC {}/{}: populated; PersistentVolume {} handed to it", ns,
                            name, plan.name);
+        PostEvent("populator", *pvc, "v1", "PersistentVolumeClaim",
+                  {"Normal", "Populated",
+                   "Populated; PersistentVolume " + plan.name + " is handed to the PVC"});
       }
       break;
     }
@@ -301,12 +311,56 @@ absl::Status PopulateController::ReconcilePvc(const std::string& ns, const std::
       status = Tolerable(status, false, true) ? absl::OkStatus() : status;
       break;
     }
+    case PvcStep::kWaitForPrime: {
+      // CreateVolume answers a failed import with an error that only the prime's events show:
+      // say it on the user's PVC, once per message, and look again every few seconds.
+      requeue_after = std::max(options_.poll_interval, std::chrono::milliseconds(5000));
+      auto volume = LookUpVolume(*prime);
+      if (!volume || volume->phase != "FAILED") return absl::OkStatus();
+      const std::string key = k8s::GetString(*prime, {"metadata", "uid"}) + "\n" + volume->message;
+      if (!failures_reported_.insert(key).second) return absl::OkStatus();
+      PostEvent("populator", *pvc, "v1", "PersistentVolumeClaim",
+                {"Warning", "PopulationFailed", volume->message});
+      return absl::OkStatus();
+    }
     default:
       return absl::OkStatus();
   }
   Count("populator", PvcStepName(plan.step), status);
   if (!status.ok()) return Annotate(status, std::string(PvcStepName(plan.step)));
   return absl::OkStatus();
+}
+
+void PopulateController::PostEvent(const char* controller, const Json& object,
+                                   std::string_view api_version, std::string_view kind,
+                                   const EventToPost& e) {
+  const std::string ns = k8s::GetString(object, {"metadata", "namespace"});
+  const std::string name = k8s::GetString(object, {"metadata", "name"});
+  const std::string now = Rfc3339(clock_.NowUnixSeconds());
+  Json event = {{"apiVersion", "v1"},
+                {"kind", "Event"},
+                {"metadata", {{"generateName", name + "."}, {"namespace", ns}}},
+                {"involvedObject",
+                 {{"apiVersion", api_version},
+                  {"kind", kind},
+                  {"namespace", ns},
+                  {"name", name},
+                  {"uid", k8s::GetString(object, {"metadata", "uid"})},
+                  {"resourceVersion", k8s::GetString(object, {"metadata", "resourceVersion"})}}},
+                {"type", e.type},
+                {"reason", e.reason},
+                {"message", e.message},
+                {"source", {{"component", std::string("wisp-") + controller + "-controller"}}},
+                {"firstTimestamp", now},
+                {"lastTimestamp", now},
+                {"count", 1}};
+  auto posted = client_.Create(kube::kEvents, ns, event);
+  Count(controller, "event", posted.status());
+  if (!posted.ok()) {
+    // An event is not worth a retry of the whole reconcile.
+    SPDLOG_LOGGER_WARN(logger_, "{} {}/{}: event {} not posted: {}", kind, ns, name, e.reason,
+                       std::string(posted.status().message()));
+  }
 }
 
 std::optional<VolumeView> PopulateController::LookUpVolume(const Json& prime) {
@@ -401,32 +455,8 @@ absl::Status PopulateController::ReconcileDataVolume(const std::string& ns, cons
     Count("datavolume", "status", patched.status());
     if (!patched.ok()) return Annotate(patched.status(), "writing the status");
   }
-  const std::string now = Rfc3339(clock_.NowUnixSeconds());
   for (const EventToPost& e : plan.events) {
-    Json event = {{"apiVersion", "v1"},
-                  {"kind", "Event"},
-                  {"metadata", {{"generateName", name + "."}, {"namespace", ns}}},
-                  {"involvedObject",
-                   {{"apiVersion", "cdi.kubevirt.io/v1beta1"},
-                    {"kind", "DataVolume"},
-                    {"namespace", ns},
-                    {"name", name},
-                    {"uid", dv_uid},
-                    {"resourceVersion", k8s::GetString(*dv, {"metadata", "resourceVersion"})}}},
-                  {"type", e.type},
-                  {"reason", e.reason},
-                  {"message", e.message},
-                  {"source", {{"component", "wisp-datavolume-controller"}}},
-                  {"firstTimestamp", now},
-                  {"lastTimestamp", now},
-                  {"count", 1}};
-    auto posted = client_.Create(kube::kEvents, ns, event);
-    Count("datavolume", "event", posted.status());
-    if (!posted.ok()) {
-      // An event is not worth a retry of the whole reconcile.
-      SPDLOG_LOGGER_WARN(logger_, "DataVolume {}/{}: event {} not posted: {}", ns, name, e.reason,
-                         std::string(posted.status().message()));
-    }
+    PostEvent("datavolume", *dv, "cdi.kubevirt.io/v1beta1", "DataVolume", e);
   }
   if (plan.phase == "ImportInProgress" || plan.phase == "ImportScheduled") {
     SetProgress(dv_uid, plan.status ? plan.status->value("progress", "")

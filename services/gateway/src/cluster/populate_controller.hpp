@@ -21,6 +21,8 @@
 //   - Nothing is done until every copy has had its first list (Synced()), nor while another
 //     replica leads (SetLeading); Stop() returns within the reflectors' stop bound plus one API
 //     call.
+//   - Events: on the user's PVC, Populating (prime created), Populated (PV handed over) and
+//     PopulationFailed (the import failed, once per message); on a DataVolume, its phases.
 //   - Metrics: wisp_gateway_populate_actions_total{controller,action,result},
 //     kubevirt_cdi_import_progress_total{ownerUID} (CDI's importer metric: the percentage of a
 //     DataVolume's import, while it runs).
@@ -96,10 +98,13 @@ class PopulateController {
   void EnqueueAllPvcs();
   void Work();
   // OK, or the error to back off on. `requeue_after`: set when the key wants another look.
-  absl::Status ReconcilePvc(const std::string& ns, const std::string& name);
+  absl::Status ReconcilePvc(const std::string& ns, const std::string& name,
+                            std::chrono::milliseconds& requeue_after);
   absl::Status ReconcileDataVolume(const std::string& ns, const std::string& name,
                                    std::chrono::milliseconds& requeue_after);
   std::optional<VolumeView> LookUpVolume(const Json& prime);
+  void PostEvent(const char* controller, const Json& object, std::string_view api_version,
+                 std::string_view kind, const EventToPost& event);
   void Count(const char* controller, std::string_view action, const absl::Status& result);
   void SetProgress(const std::string& owner_uid, const std::string& progress);
 
@@ -120,6 +125,7 @@ class PopulateController {
   std::set<std::string> queued_;
   std::multimap<std::chrono::steady_clock::time_point, std::string> delayed_;
   std::map<std::string, std::chrono::milliseconds> backoff_;  // worker thread only
+  std::set<std::string> failures_reported_;                   // worker thread only
   bool stopping_ = false;
   bool leading_ = true;
   std::thread worker_;
