@@ -506,11 +506,13 @@ std::string EventReasons(const std::string& kind, const std::string& name) {
   return reasons;
 }
 
-std::string DataVolumeYaml(const std::string& name, const std::string& url) {
+std::string DataVolumeYaml(const std::string& name, const std::string& url,
+                           const std::string& size = "64Mi") {
   return "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: " + name +
          ", namespace: vms}\nspec:\n  source: {http: {url: \"" + url +
          "\"}}\n  storage:\n    storageClassName: wisp-populated\n"
-         "    resources: {requests: {storage: 64Mi}}\n";
+         "    resources: {requests: {storage: " +
+         size + "}}\n";
 }
 
 // What kube-scheduler does when it places the first pod that uses an unbound claim of a
@@ -704,34 +706,70 @@ TEST(Story3Population, DataVolumeDeletedMidImportLeavesNoClaimOrVolume) {
   EXPECT_TRUE(remaining.empty()) << "left behind: " << remaining.dump();
 }
 
-TEST(Story3Population, UnreachableSourceFailsNamingTheCauseAndBindsNothing) {
+// Bad input ends Failed with the cause in the DataVolume's Ready condition and on the PVC's events,
+// and nothing is bound to the partial data: a URL that answers 404, a checksum that does not match
+// (CDI's spec.source.http.checksum), an image larger than the PVC.
+TEST(Story3Population, BadSourcesFailNamingTheCauseAndBindNothing) {
   ASSERT_EQ(g_population_unavailable, "");
-  ASSERT_EQ(Create(DataVolumeYaml("missing", g_images->Url("/no-such-image.qcow2"))).exit_code, 0);
-  Json pvc = WaitUntil(
-      [] {
-        return GetJson({"-n", "vms", "pvc", "missing"});
-      },
-      [](const Json& p) { return p.is_object(); }, 60s);
-  ASSERT_TRUE(pvc.is_object());
-  ChooseNodeForClaim("missing");
-  Json failed = WaitUntil(
-      [] {
-        return GetJson({"-n", "vms", "datavolume", "missing"});
-      },
-      [](const Json& d) { return Phase(d) == "Failed"; }, 120s);
-  ASSERT_EQ(Phase(failed), "Failed") << failed.dump(2);
-  const Json* ready = ConditionOf(failed, "Ready");
-  ASSERT_NE(ready, nullptr);
-  EXPECT_NE(ready->value("message", "").find("404"), std::string::npos) << failed.dump(2);
-  pvc = GetJson({"-n", "vms", "pvc", "missing"});
-  EXPECT_EQ(Phase(pvc), "Pending") << "a PVC bound to a failed import: " << pvc.dump(2);
-  Json warned =
-      WaitUntil([] { return Json(EventReasons("PersistentVolumeClaim", "missing")); },
-                [](const Json& r) {
-                  return r.get<std::string>().find("PopulationFailed") != std::string::npos;
-                },
-                30s);
-  EXPECT_NE(warned.get<std::string>().find("PopulationFailed"), std::string::npos) << warned;
+  struct Case {
+    std::string name, url, size, checksum, cause;
+  } cases[] = {
+      {"missing", g_images->Url("/no-such-image.qcow2"), "64Mi", "", "404"},
+      {"bad-sum", g_images->Url("/disk.qcow2.xz"), "64Mi", "sha256:" + std::string(64, '0'),
+       "sha256"},
+      {"too-big", g_images->Url("/disk.qcow2.xz"), "32Mi", "", "larger than the volume"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string dv = DataVolumeYaml(c.name, c.url, c.size);
+    if (!c.checksum.empty()) {
+      dv.replace(dv.find("url: "), 5, "checksum: \"" + c.checksum + "\", url: ");
+    }
+    ASSERT_EQ(Create(dv).exit_code, 0) << dv;
+    Json pvc = WaitUntil(
+        [&] {
+          return GetJson({"-n", "vms", "pvc", c.name});
+        },
+        [](const Json& p) { return p.is_object(); }, 60s);
+    ASSERT_TRUE(pvc.is_object());
+    ChooseNodeForClaim(c.name);
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Json failed = WaitUntil(
+        [&] {
+          return GetJson({"-n", "vms", "datavolume", c.name});
+        },
+        [](const Json& d) { return Phase(d) == "Failed"; }, 120s);
+    ASSERT_EQ(Phase(failed), "Failed") << failed.dump(2);
+    const Json* ready = ConditionOf(failed, "Ready");
+    ASSERT_NE(ready, nullptr);
+    std::cout << c.name << ": " << ready->value("message", "") << std::endl;
+    EXPECT_NE(ready->value("message", "").find(c.cause), std::string::npos) << failed.dump(2);
+    Json pvc = GetJson({"-n", "vms", "pvc", c.name});
+    EXPECT_EQ(Phase(pvc), "Pending") << "a PVC bound to a failed import: " << pvc.dump(2);
+    Json warned =
+        WaitUntil([&] { return Json(EventReasons("PersistentVolumeClaim", c.name)); },
+                  [](const Json& r) {
+                    return r.get<std::string>().find("PopulationFailed") != std::string::npos;
+                  },
+                  30s);
+    EXPECT_NE(warned.get<std::string>().find("PopulationFailed"), std::string::npos) << warned;
+  }
+}
+
+// KEP 1495: without the CrossNamespaceVolumeDataSource gate (alpha, off) the apiserver drops a
+// PVC's dataSourceRef.namespace; wisp then sees, and populates from, a source of the PVC's own
+// namespace only. (A DataVolume naming another namespace is refused: Story3 above.)
+TEST(Story3Population, CrossNamespacePvcReferenceIsDroppedByTheApiserver) {
+  std::string pvc = ReadManifest("pvc-import.yaml");
+  pvc.replace(pvc.find("name: vm-disk"), 13, "name: elsewhere");
+  const size_t ref = pvc.find("kind: VolumeImportSource");
+  ASSERT_NE(ref, std::string::npos) << pvc;
+  pvc.insert(ref, "namespace: ml\n    ");
+  Created c = Create(pvc);
+  ASSERT_EQ(c.exit_code, 0) << c.output << pvc;
+  EXPECT_FALSE(c.object["spec"]["dataSourceRef"].contains("namespace")) << c.object["spec"].dump(2);
 }
 
 // ---- story 4: any pod gets a token for any audience ------------------------------------------
