@@ -1,11 +1,13 @@
 // CSI end to end: the real wisp-gateway binary serving CSI on its unix socket, driven with gRPC
 // from C++, with a real nats-server and (unless a test replaces it) the real wisp-token and
 // wisp-populator. Runs as root: the gateway makes real tmpfs and bind mounts.
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
-#include <linux/magic.h>
+#include <sys/sysmacros.h>
 
 #include <atomic>
 #include <cstring>
@@ -29,6 +31,13 @@
 
 namespace wisp::integration {
 namespace {
+
+std::string ReadFileOrEmpty(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
@@ -564,6 +573,77 @@ TEST_F(CsiIntegrationTest, PersistentVolumeSurvivesGatewayRestart) {
 
   ASSERT_TRUE(client_->Unpublish(id, target).ok());
   EXPECT_FALSE(fs::exists(target));
+  ::csi::v1::DeleteVolumeRequest del;
+  del.set_volume_id(id);
+  ::csi::v1::DeleteVolumeResponse deleted;
+  EXPECT_TRUE(client_->controller->DeleteVolume(CsiClient::Ctx().get(), del, &deleted).ok());
+}
+
+// Tests a block volume (volumeMode: Block), with real loop devices and mounts: CreateVolume with a
+// block capability, NodePublishVolume places a block device at the target whose bytes are the
+// volume's disk.img (what is written through the device lands in the file), a restarted gateway
+// adopts the publication (no second loop device), and unpublish unmounts, detaches the loop device
+// and removes the target file.
+TEST_F(CsiIntegrationTest, BlockVolumeThroughALoopDevice) {
+  ASSERT_NO_FATAL_FAILURE(StartStack());
+  ::csi::v1::VolumeCapability block;
+  block.mutable_block();
+  block.mutable_access_mode()->set_mode(
+      ::csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+  ::csi::v1::CreateVolumeRequest create;
+  create.set_name("pvc-block");
+  create.mutable_capacity_range()->set_required_bytes(16 << 20);
+  *create.add_volume_capabilities() = block;
+  ::csi::v1::CreateVolumeResponse created;
+  grpc::Status st = client_->controller->CreateVolume(CsiClient::Ctx(60s).get(), create, &created);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  const std::string id = created.volume().volume_id();
+  const std::string image = stack_->volume_root() + "/" + id + "/disk.img";
+  ASSERT_TRUE(fs::exists(image));
+
+  const std::string target = Target("block-disk");
+  ::csi::v1::NodePublishVolumeRequest pub;
+  pub.set_volume_id(id);
+  pub.set_target_path(target);
+  *pub.mutable_volume_capability() = block;
+  st = client_->Publish(pub);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  struct stat sb;
+  ASSERT_EQ(::stat(target.c_str(), &sb), 0);
+  ASSERT_TRUE(S_ISBLK(sb.st_mode)) << "no block device at the target";
+  const std::string device = "/dev/loop" + std::to_string(minor(sb.st_rdev));
+  const std::string loop_dir = "/sys/block/loop" + std::to_string(minor(sb.st_rdev)) + "/loop";
+  EXPECT_EQ(ReadFileOrEmpty(loop_dir + "/backing_file"), image + "\n");
+  // Written through the device, found in disk.img.
+  const std::string pattern(4096, 'w');
+  {
+    const int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::pwrite(fd, pattern.data(), pattern.size(), 1 << 20), 4096);
+    ASSERT_EQ(::fsync(fd), 0);
+    ::close(fd);
+  }
+  {
+    std::ifstream in(image, std::ios::binary);
+    in.seekg(1 << 20);
+    std::string got(4096, '\0');
+    in.read(got.data(), got.size());
+    EXPECT_EQ(got, pattern);
+  }
+
+  stack_->Kill("wisp-gateway");
+  ASSERT_TRUE(stack_->StartService("wisp-gateway").ok());
+  ASSERT_TRUE(stack_->WaitReady("wisp-gateway").ok());
+  client_ = std::make_unique<CsiClient>(stack_->csi_socket());
+  st = client_->Publish(pub);
+  ASSERT_TRUE(st.ok()) << "a restarted gateway did not adopt its block publication: "
+                       << st.error_message();
+  ASSERT_EQ(::stat(target.c_str(), &sb), 0);
+  EXPECT_EQ("/dev/loop" + std::to_string(minor(sb.st_rdev)), device) << "a second loop device";
+
+  ASSERT_TRUE(client_->Unpublish(id, target).ok());
+  EXPECT_FALSE(fs::exists(target));
+  EXPECT_FALSE(fs::exists(loop_dir + "/backing_file")) << device << " still attached";
   ::csi::v1::DeleteVolumeRequest del;
   del.set_volume_id(id);
   ::csi::v1::DeleteVolumeResponse deleted;

@@ -1,8 +1,12 @@
 #include "wisp/fsutil/mounter.hpp"
 
 #include <fcntl.h>
+#include <linux/loop.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -87,6 +91,83 @@ absl::StatusOr<bool> SystemMounter::IsMountPoint(const std::string& path) {
     return (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
   }
   return InMountInfo(path);  // kernels before 5.8
+}
+
+namespace {
+
+constexpr unsigned kLoopMajor = 7;
+
+// Closes a file descriptor when it goes out of scope.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+std::string LoopDeviceOf(dev_t rdev) {
+  if (major(rdev) != kLoopMajor) return "";
+  return "/dev/loop" + std::to_string(minor(rdev));
+}
+
+absl::StatusOr<std::string> SystemMounter::AttachLoop(const std::string& file, bool read_only) {
+  const int mode = (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+  Fd backing{::open(file.c_str(), mode)};
+  if (backing.fd < 0) return ErrnoStatus("open " + file, errno);
+  Fd control{::open("/dev/loop-control", O_RDWR | O_CLOEXEC)};
+  if (control.fd < 0) return ErrnoStatus("open /dev/loop-control", errno);
+  // Another process may take the free device between GET_FREE and CONFIGURE: try the next one.
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const int n = ::ioctl(control.fd, LOOP_CTL_GET_FREE);
+    if (n < 0) return ErrnoStatus("finding a free loop device", errno);
+    const std::string device = "/dev/loop" + std::to_string(n);
+    Fd loop{::open(device.c_str(), mode)};
+    if (loop.fd < 0 && errno == ENOENT) {
+      // A container's /dev may lack the node the kernel just made: make it.
+      if (::mknod(device.c_str(), S_IFBLK | 0660, makedev(kLoopMajor, n)) != 0 && errno != EEXIST) {
+        return ErrnoStatus("mknod " + device, errno);
+      }
+      loop.fd = ::open(device.c_str(), mode);
+    }
+    if (loop.fd < 0) return ErrnoStatus("open " + device, errno);
+    loop_info64 info{};
+    info.lo_flags = read_only ? LO_FLAGS_READ_ONLY : 0;
+    std::strncpy(reinterpret_cast<char*>(info.lo_file_name), file.c_str(), LO_NAME_SIZE - 1);
+    if (::ioctl(loop.fd, LOOP_SET_FD, backing.fd) != 0) {
+      if (errno == EBUSY) continue;
+      return ErrnoStatus("attaching " + file + " to " + device, errno);
+    }
+    if (::ioctl(loop.fd, LOOP_SET_STATUS64, &info) != 0) {
+      const int err = errno;
+      ::ioctl(loop.fd, LOOP_CLR_FD, 0);
+      return ErrnoStatus("setting up " + device + " for " + file, err);
+    }
+    return device;
+  }
+  return absl::UnavailableError("no free loop device for " + file + " after 16 tries");
+}
+
+absl::Status SystemMounter::DetachLoop(const std::string& device) {
+  Fd loop{::open(device.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (loop.fd < 0) {
+    if (errno == ENOENT || errno == ENXIO) return absl::OkStatus();
+    return ErrnoStatus("open " + device, errno);
+  }
+  if (::ioctl(loop.fd, LOOP_CLR_FD, 0) != 0 && errno != ENXIO) {
+    return ErrnoStatus("detaching " + device, errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SystemMounter::LoopBackingFile(const std::string& device) {
+  const std::string name = device.substr(device.rfind('/') + 1);
+  std::ifstream in("/sys/block/" + name + "/loop/backing_file");
+  if (!in) return std::string();  // nothing attached (the loop directory exists only then)
+  std::string file;
+  std::getline(in, file);
+  return file;
 }
 
 }  // namespace wisp::fsutil

@@ -319,10 +319,6 @@ DataVolumePlan PlanDataVolume(const DataVolumeView& view, const PlanOptions& /*o
   SourceChoice source = ChooseSource(dv, target);
   if (target == nullptr) {
     failure = "spec.storage: Required value: a DataVolume needs spec.storage or spec.pvc";
-  } else if (k8s::GetString(*target, {"volumeMode"}) == "Block") {
-    failure = target_field +
-              ".volumeMode: Unsupported value: \"Block\": wisp's CSI driver serves Filesystem "
-              "volumes (disk.img in the volume)";
   } else if (!source.error.empty()) {
     failure = source.error;
   }

@@ -1,7 +1,12 @@
 #include "csi/bind_volumes.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "csi/target_dir.hpp"
 #include "wisp/bus/proto.hpp"
@@ -65,6 +70,9 @@ absl::Status BindVolumes::Publish(const ::csi::v1::NodePublishVolumeRequest& req
     return absl::NotFoundError("volume " + id + " has no directory on this node: " + volume.path());
   }
 
+  if (request.volume_capability().has_block()) {
+    return PublishBlock(id, volume.path() + "/" + kImageName, target, read_only);
+  }
   WISP_RETURN_IF_ERROR(PrepareTarget(target));
   WISP_ASSIGN_OR_RETURN(bool mounted, mounter_.IsMountPoint(target));
   if (mounted) {
@@ -82,7 +90,7 @@ absl::Status BindVolumes::Publish(const ::csi::v1::NodePublishVolumeRequest& req
         return absl::AlreadyExistsError("volume " + id + " is already published at " + target +
                                         (mounted_read_only ? " read-only" : " read-write"));
       }
-      binds_[target] = BindState{id, read_only};
+      binds_[target] = BindState{id, read_only, ""};
       return absl::OkStatus();
     }
     if (it->second.volume_id != id) {
@@ -97,14 +105,90 @@ absl::Status BindVolumes::Publish(const ::csi::v1::NodePublishVolumeRequest& req
   }
   WISP_RETURN_IF_ERROR(mounter_.BindMount(volume.path(), target, read_only));
   std::lock_guard lock(mu_);
-  binds_[target] = BindState{id, read_only};
+  binds_[target] = BindState{id, read_only, ""};
   SPDLOG_LOGGER_INFO(logger_, "bind-mounted {} on {}{}", volume.path(), target,
                      read_only ? " (read-only)" : "");
   return absl::OkStatus();
 }
 
+absl::Status BindVolumes::PublishBlock(const std::string& id, const std::string& image,
+                                       const std::string& target, bool read_only) {
+  struct stat st;
+  if (::stat(image.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::NotFoundError("volume " + id + " has no " + kImageName +
+                               " on this node: " + image);
+  }
+  if (PathExists(target)) {
+    WISP_ASSIGN_OR_RETURN(bool mounted, mounter_.IsMountPoint(target));
+    if (mounted) {
+      std::lock_guard lock(mu_);
+      auto it = binds_.find(target);
+      if (it != binds_.end() && it->second.volume_id != id) {
+        return absl::AlreadyExistsError("target_path " + target + " already holds volume " +
+                                        it->second.volume_id);
+      }
+      if (it != binds_.end() && it->second.read_only != read_only) {
+        return absl::AlreadyExistsError("volume " + id + " is already published at " + target +
+                                        (it->second.read_only ? " read-only" : " read-write"));
+      }
+      if (it != binds_.end()) return absl::OkStatus();
+    }
+    if (mounted) {
+      // From before a restart: ours only when it shows a loop device attached to this image.
+      const std::string device = LoopDeviceAt(target);
+      auto backing = device.empty() ? absl::StatusOr<std::string>(std::string())
+                                    : mounter_.LoopBackingFile(device);
+      if (!backing.ok() || *backing != image) {
+        return absl::AlreadyExistsError("target_path " + target +
+                                        " is a mount point that does not hold volume " + id);
+      }
+      std::lock_guard lock(mu_);
+      binds_[target] = BindState{id, read_only, device};
+      return absl::OkStatus();
+    }
+    if (::stat(target.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      return absl::FailedPreconditionError("target_path " + target +
+                                           " is a directory; a block volume needs a file there");
+    }
+  } else {
+    // The CO makes the parent; the plugin makes the file the device is mounted on.
+    const int fd = ::open(target.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST) {
+      return absl::InternalError("creating target_path " + target + ": " + std::strerror(errno));
+    }
+    if (fd >= 0) ::close(fd);
+  }
+  WISP_ASSIGN_OR_RETURN(std::string device, mounter_.AttachLoop(image, read_only));
+  if (absl::Status s = mounter_.BindMount(device, target, read_only); !s.ok()) {
+    (void)mounter_.DetachLoop(device);
+    return s;
+  }
+  std::lock_guard lock(mu_);
+  binds_[target] = BindState{id, read_only, device};
+  SPDLOG_LOGGER_INFO(logger_, "attached {} to {} and bind-mounted it on {}{}", image, device,
+                     target, read_only ? " (read-only)" : "");
+  return absl::OkStatus();
+}
+
+std::string BindVolumes::LoopDeviceAt(const std::string& target) {
+  struct stat st;
+  if (::stat(target.c_str(), &st) != 0 || !S_ISBLK(st.st_mode)) return "";
+  return fsutil::LoopDeviceOf(st.st_rdev);
+}
+
 absl::Status BindVolumes::Unpublish(const std::string& target) {
+  // A block publication's device, known before the mount that shows it comes off.
+  std::string device;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = binds_.find(target); it != binds_.end()) device = it->second.loop_device;
+  }
+  if (device.empty()) device = LoopDeviceAt(target);
   WISP_RETURN_IF_ERROR(ClearTarget(mounter_, target, /*token_volume=*/false));
+  if (!device.empty()) {
+    WISP_RETURN_IF_ERROR(mounter_.DetachLoop(device));
+    SPDLOG_LOGGER_INFO(logger_, "detached {} after unmounting {}", device, target);
+  }
   std::lock_guard lock(mu_);
   binds_.erase(target);
   return absl::OkStatus();
@@ -128,9 +212,16 @@ bool BindVolumes::Adopt(const std::string& volume_id, const std::string& path) {
   if (!fsutil::CheckPathUnder("volume_path", path, options_.target_roots).ok()) return false;
   auto mounted = mounter_.IsMountPoint(path);
   if (!mounted.ok() || !*mounted) return false;
+  if (const std::string device = LoopDeviceAt(path); !device.empty()) {
+    auto backing = mounter_.LoopBackingFile(device);
+    if (!backing.ok() || *backing != *dir + "/" + kImageName) return false;
+    std::lock_guard lock(mu_);
+    binds_[path] = BindState{volume_id, MountedReadOnly(path), device};
+    return true;
+  }
   if (!ShowsDirectory(path, *dir)) return false;
   std::lock_guard lock(mu_);
-  binds_[path] = BindState{volume_id, MountedReadOnly(path)};
+  binds_[path] = BindState{volume_id, MountedReadOnly(path), ""};
   return true;
 }
 

@@ -4,7 +4,10 @@
 //
 // Publish looks the volume up on the bus (wisp.v1.volume.get), checks it is ready, lives on this
 // node and has its directory (VolumeStatus.path) under the volume root, and bind-mounts that
-// directory onto the target, read-only when asked.
+// directory onto the target, read-only when asked. A block publication (volumeMode: Block) attaches
+// the directory's disk.img to a loop device instead and bind-mounts the device onto a file made
+// at the target (the CSI spec: the SP places the block device at target_path); unpublishing
+// unmounts it, detaches the loop device and removes the file.
 //
 // Contract:
 //   - Publish() and Unpublish() run with the volume's lock (VolumeLocks) held by the caller.
@@ -41,6 +44,8 @@ class BindVolumes {
   // Volume lock held; `budget` bounds the bus lookup.
   absl::Status Publish(const ::csi::v1::NodePublishVolumeRequest& request, bool read_only,
                        std::chrono::milliseconds budget);
+  // The file a block publication shows: <volume directory>/disk.img.
+  static constexpr char kImageName[] = "disk.img";
   // Unmounts and removes the target, forgets it. Volume lock held.
   absl::Status Unpublish(const std::string& target);
   // True when `path` holds volume `volume_id`: a bind this process made, or one from before a
@@ -52,9 +57,14 @@ class BindVolumes {
   struct BindState {
     std::string volume_id;
     bool read_only = false;
+    std::string loop_device;  // a block publication's /dev/loopN; "" for a directory
   };
 
   bool Adopt(const std::string& volume_id, const std::string& path);
+  absl::Status PublishBlock(const std::string& id, const std::string& image,
+                            const std::string& target, bool read_only);
+  // The loop device a block target shows, when it shows one ("" otherwise).
+  std::string LoopDeviceAt(const std::string& target);
 
   NodeOptions options_;
   bus::Requester& requester_;

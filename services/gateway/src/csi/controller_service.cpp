@@ -38,10 +38,10 @@ absl::Status CheckVolumeCapabilities(
   for (int i = 0; i < caps.size(); ++i) {
     const VolumeCapability& cap = caps[i];
     const std::string at = field + "[" + std::to_string(i) + "]";
-    if (cap.has_block()) {
-      return absl::InvalidArgumentError(at + ": block access is not supported");
+    // Block: the node publishes the volume's disk.img through a loop device.
+    if (!cap.has_mount() && !cap.has_block()) {
+      return absl::InvalidArgumentError(at + ": access_type is required");
     }
-    if (!cap.has_mount()) return absl::InvalidArgumentError(at + ": access_type is required");
     if (!cap.has_access_mode() || cap.access_mode().mode() == Mode::UNKNOWN) {
       return absl::InvalidArgumentError(at + ".access_mode is required");
     }

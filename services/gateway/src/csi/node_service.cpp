@@ -20,11 +20,12 @@ absl::Status CheckCapability(const ::csi::v1::NodePublishVolumeRequest& request)
     return absl::InvalidArgumentError("volume_capability is required");
   }
   const VolumeCapability& cap = request.volume_capability();
-  if (cap.has_block()) {
-    return absl::InvalidArgumentError("volume_capability: block access is not supported");
+  if (cap.has_block() && IsEphemeral(request.volume_context())) {
+    return absl::InvalidArgumentError(
+        "volume_capability: block access is not supported for an inline token volume");
   }
-  if (!cap.has_mount()) {
-    return absl::InvalidArgumentError("volume_capability: access_type mount is required");
+  if (!cap.has_mount() && !cap.has_block()) {
+    return absl::InvalidArgumentError("volume_capability: access_type mount or block is required");
   }
   if (!cap.has_access_mode() || cap.access_mode().mode() == VolumeCapability::AccessMode::UNKNOWN) {
     return absl::InvalidArgumentError("volume_capability.access_mode is required");

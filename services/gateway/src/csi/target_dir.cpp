@@ -42,6 +42,15 @@ absl::Status RemoveTarget(fsutil::Mounter& mounter, const std::string& target, b
     if (ec) return absl::InternalError("removing " + target + ": " + ec.message());
     return absl::OkStatus();
   }
+  struct stat st;
+  if (::lstat(target.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    // A block publication's target: the file its device was mounted on.
+    if (::unlink(target.c_str()) != 0 && errno != ENOENT) {
+      return absl::FailedPreconditionError("removing target_path " + target + ": " +
+                                           std::strerror(errno));
+    }
+    return absl::OkStatus();
+  }
   if (::rmdir(target.c_str()) != 0 && errno != ENOENT) {
     return absl::FailedPreconditionError("removing target_path " + target + ": " +
                                          std::strerror(errno));

@@ -7,7 +7,8 @@
 //     FailedPrecondition when it exists and is not a directory.
 //   - ClearTarget() unmounts what is stacked on `target` (one mount at a time, at most 8) and then
 //     removes it; a missing target is OK (unpublish is idempotent). A token volume's leftover
-//     files are removed recursively, but never through a mount; a bind target must be empty.
+//     files are removed recursively, but never through a mount; a bind target must be empty (a
+//     directory) or is a file (a block publication's), which is unlinked.
 //   - PathExists() is lstat(): a dangling link exists.
 //
 // Example:

@@ -1,7 +1,8 @@
 #pragma once
-// Mounter: the mount operations wisp's CSI node service needs, behind an interface so the handlers
-// are unit-tested with FakeMounter (testing/wisp/fsutil/testing/fake_mounter.hpp) and run against
-// mount(2) in production (SystemMounter, needs CAP_SYS_ADMIN).
+// Mounter: the mount (and loop device) operations wisp's CSI node service needs, behind an
+// interface so the handlers are unit-tested with FakeMounter
+// (testing/wisp/fsutil/testing/fake_mounter.hpp) and run against mount(2) in production
+// (SystemMounter, needs CAP_SYS_ADMIN).
 //
 // Contract:
 //   - Every call is idempotent where that makes sense: Unmount of a path that is not a mount point
@@ -13,6 +14,8 @@
 //   fsutil::SystemMounter mounter;
 //   WISP_ASSIGN_OR_RETURN(bool mounted, mounter.IsMountPoint(target));
 //   if (!mounted) WISP_RETURN_IF_ERROR(mounter.MountTmpfs(target, 1 << 20, 0755));
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -34,6 +37,13 @@ class Mounter {
   // True when `path` is the root of a mount (bind mounts of the same filesystem included).
   // NotFound when `path` does not exist.
   virtual absl::StatusOr<bool> IsMountPoint(const std::string& path) = 0;
+  // Attaches `file` to a free loop device (read-only when asked; direct I/O off, no autoclear)
+  // and returns the device's path, /dev/loopN.
+  virtual absl::StatusOr<std::string> AttachLoop(const std::string& file, bool read_only) = 0;
+  // Detaches loop device `device`; OK when nothing is attached to it.
+  virtual absl::Status DetachLoop(const std::string& device) = 0;
+  // The file loop device `device` is attached to; "" when none.
+  virtual absl::StatusOr<std::string> LoopBackingFile(const std::string& device) = 0;
 };
 
 // mount(2)/umount2(2).
@@ -44,6 +54,12 @@ class SystemMounter final : public Mounter {
                          bool read_only) override;
   absl::Status Unmount(const std::string& target) override;
   absl::StatusOr<bool> IsMountPoint(const std::string& path) override;
+  absl::StatusOr<std::string> AttachLoop(const std::string& file, bool read_only) override;
+  absl::Status DetachLoop(const std::string& device) override;
+  absl::StatusOr<std::string> LoopBackingFile(const std::string& device) override;
 };
+
+// "/dev/loopN" for a block device number of the loop driver (major 7), "" for any other.
+std::string LoopDeviceOf(dev_t rdev);
 
 }  // namespace wisp::fsutil

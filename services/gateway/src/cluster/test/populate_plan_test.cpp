@@ -209,15 +209,12 @@ TEST(PlanDataVolume, UnservedSourceFailsNamingTheField) {
   EXPECT_EQ(plan.events[0].type, "Warning");
 }
 
-TEST(PlanDataVolume, BlockVolumeModeFailsNamingTheField) {
+TEST(PlanDataVolume, BlockVolumeModeIsCarriedToThePvc) {
   Json dv = HttpDataVolume();
   dv["spec"]["storage"]["volumeMode"] = "Block";
   DataVolumePlan plan = PlanDataVolume({&dv}, {}, "t");
-  EXPECT_FALSE(plan.create_pvc.has_value());
-  EXPECT_EQ(plan.phase, "Failed");
-  EXPECT_EQ((*Condition(*plan.status, "Ready"))["message"].get<std::string>().rfind(
-                "spec.storage.volumeMode: Unsupported value: \"Block\"", 0),
-            0u);
+  ASSERT_TRUE(plan.create_pvc.has_value());
+  EXPECT_EQ((*plan.create_pvc)["spec"]["volumeMode"], "Block");
 }
 
 struct Fixture {

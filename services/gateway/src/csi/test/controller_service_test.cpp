@@ -94,8 +94,8 @@ TEST_F(ControllerServiceTest, RejectsBadCreateRequests) {
       {"no name", [](auto& r) { r.clear_name(); }, "name is required"},
       {"no caps", [](auto& r) { r.clear_volume_capabilities(); },
        "volume_capabilities is required"},
-      {"block", [](auto& r) { r.mutable_volume_capabilities(0)->mutable_block(); },
-       "volume_capabilities[0]: block access is not supported"},
+      {"no access type", [](auto& r) { r.mutable_volume_capabilities(0)->clear_mount(); },
+       "volume_capabilities[0]: access_type is required"},
       {"multi node",
        [](auto& r) {
          r.mutable_volume_capabilities(0)->mutable_access_mode()->set_mode(
@@ -137,7 +137,8 @@ TEST_F(ControllerServiceTest, DeleteIsIdempotent) {
   EXPECT_EQ(controller_->Delete(del, kBudget).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// Tests ValidateVolumeCapabilities: unknown volume, confirmed mount, unconfirmed block.
+// Tests ValidateVolumeCapabilities: unknown volume, confirmed mount and block (the node shows
+// disk.img through a loop device), unconfirmed multi-node access.
 TEST_F(ControllerServiceTest, ValidatesCapabilities) {
   auto created = controller_->Create(Create("pvc-1", 1 << 20), kBudget);
   ::csi::v1::ValidateVolumeCapabilitiesRequest req;
@@ -149,10 +150,15 @@ TEST_F(ControllerServiceTest, ValidatesCapabilities) {
   ASSERT_TRUE(ok.ok());
   EXPECT_TRUE(ok->has_confirmed());
   req.mutable_volume_capabilities(0)->mutable_block();
+  auto block = controller_->Validate(req, kBudget);
+  ASSERT_TRUE(block.ok());
+  EXPECT_TRUE(block->has_confirmed());
+  req.mutable_volume_capabilities(0)->mutable_access_mode()->set_mode(
+      Mode::MULTI_NODE_MULTI_WRITER);
   auto no = controller_->Validate(req, kBudget);
   ASSERT_TRUE(no.ok());
   EXPECT_FALSE(no->has_confirmed());
-  EXPECT_THAT(no->message(), HasSubstr("block"));
+  EXPECT_THAT(no->message(), HasSubstr("MULTI_NODE_MULTI_WRITER"));
 }
 
 // Tests ListVolumes paging and an invalid starting token (Aborted).

@@ -404,6 +404,56 @@ TEST_F(NodeServiceTest, BindMountsPersistentVolume) {
   EXPECT_TRUE(fs::exists(vol.path()));
 }
 
+// Tests a block publication (volumeMode: Block): the volume's disk.img on a loop device, the
+// device bind-mounted on a file made at the target; idempotent; unpublish unmounts, detaches and
+// removes the file; a volume without disk.img, or a directory at the target, is refused.
+TEST_F(NodeServiceTest, PublishesABlockVolumeThroughALoopDevice) {
+  FakePopulator populator(bus_, root_ + "/volumes");
+  const v1::VolumeStatus vol = populator.AddReady("vol-1", "node-a");
+  ::csi::v1::NodePublishVolumeRequest req;
+  req.set_volume_id("vol-1");
+  req.set_target_path(Target("b1"));
+  req.mutable_volume_capability()->mutable_block();
+  req.mutable_volume_capability()->mutable_access_mode()->set_mode(
+      ::csi::v1::VolumeCapability::AccessMode::SINGLE_NODE_WRITER);
+  auto st = node_->Publish(req).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("has no disk.img"));
+
+  std::ofstream(vol.path() + "/disk.img") << std::string(4096, 'x');
+  ASSERT_TRUE(node_->Publish(req).ok());
+  const auto loops = mounter_.Loops();
+  ASSERT_EQ(loops.size(), 1u);
+  const std::string device = loops.begin()->first;
+  EXPECT_EQ(loops.begin()->second.first, vol.path() + "/disk.img");
+  EXPECT_FALSE(loops.begin()->second.second) << "attached read-write";
+  EXPECT_EQ(mounter_.Get(Target("b1")).source, device);
+  EXPECT_TRUE(fs::is_regular_file(Target("b1"))) << "the device is mounted on a file";
+  ASSERT_TRUE(node_->Publish(req).ok());
+  EXPECT_EQ(mounter_.Loops().size(), 1u) << "republish attaches nothing more";
+  EXPECT_EQ(mounter_.mount_calls(), 1);
+
+  ::csi::v1::NodeUnpublishVolumeRequest un;
+  un.set_volume_id("vol-1");
+  un.set_target_path(Target("b1"));
+  ASSERT_TRUE(node_->Unpublish(un).ok());
+  EXPECT_TRUE(mounter_.Loops().empty());
+  EXPECT_FALSE(mounter_.IsMounted(Target("b1")));
+  EXPECT_FALSE(fs::exists(Target("b1")));
+  EXPECT_TRUE(fs::exists(vol.path() + "/disk.img"));
+
+  fs::create_directories(Target("b2"));
+  req.set_target_path(Target("b2"));
+  st = node_->Publish(req).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_TRUE(mounter_.Loops().empty());
+  // A failed mount leaves no loop device attached.
+  req.set_target_path(Target("b3"));
+  mounter_.FailNextMount(absl::InternalError("injected"));
+  EXPECT_FALSE(node_->Publish(req).ok());
+  EXPECT_TRUE(mounter_.Loops().empty());
+}
+
 // Tests that a restarted node service knows a bind mount made before the restart only when the
 // mount shows that volume's directory: NodeGetVolumeStats finds it (it answered NOT_FOUND for every
 // persistent volume after a restart), a republish accepts it as mounted and refuses the other

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <sys/stat.h>
+#include <utility>
 
 #include "wisp/fsutil/mounter.hpp"
 
@@ -52,6 +53,29 @@ class FakeMounter final : public Mounter {
     return mounts_.count(path) > 0;
   }
 
+  absl::StatusOr<std::string> AttachLoop(const std::string& file, bool read_only) override {
+    std::lock_guard lock(mu_);
+    if (!fail_next_.ok()) return std::exchange(fail_next_, absl::OkStatus());
+    const std::string device = "/dev/loop" + std::to_string(100 + next_loop_++);
+    loops_[device] = {file, read_only};
+    return device;
+  }
+  absl::Status DetachLoop(const std::string& device) override {
+    std::lock_guard lock(mu_);
+    loops_.erase(device);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> LoopBackingFile(const std::string& device) override {
+    std::lock_guard lock(mu_);
+    auto it = loops_.find(device);
+    return it == loops_.end() ? std::string() : it->second.first;
+  }
+  // Attached loop devices: device -> (file, read-only).
+  std::map<std::string, std::pair<std::string, bool>> Loops() const {
+    std::lock_guard lock(mu_);
+    return loops_;
+  }
+
   bool IsMounted(const std::string& path) const {
     std::lock_guard lock(mu_);
     return mounts_.count(path) > 0;
@@ -82,6 +106,8 @@ class FakeMounter final : public Mounter {
  private:
   mutable std::mutex mu_;
   std::map<std::string, Mount> mounts_;
+  std::map<std::string, std::pair<std::string, bool>> loops_;
+  int next_loop_ = 0;
   int mount_calls_ = 0;
   int unmount_calls_ = 0;
   absl::Status fail_next_ = absl::OkStatus();
