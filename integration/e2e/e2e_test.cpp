@@ -620,6 +620,37 @@ double Percent(const Json& dv) {
   }
 }
 
+// volumeMode: Block goes the same way: the prime and the PV are Block, and the PV is handed to the
+// DataVolume's PVC. (Publishing it, a loop device at the pod's path, is csi_integration_test's
+// BlockVolumeThroughALoopDevice: no kubelet runs here.)
+TEST(Story3Population, BlockDataVolumeSucceedsWithABlockVolume) {
+  ASSERT_EQ(g_population_unavailable, "");
+  std::string dv = DataVolumeYaml("raw-block", g_images->Url("/disk.qcow2.xz"));
+  dv.replace(dv.find("    storageClassName"), 0, "    volumeMode: Block\n");
+  ASSERT_EQ(Create(dv).exit_code, 0) << dv;
+  ASSERT_TRUE(WaitUntil(
+                  [] {
+                    return GetJson({"-n", "vms", "pvc", "raw-block"});
+                  },
+                  [](const Json& p) { return p.is_object(); }, 60s)
+                  .is_object());
+  ChooseNodeForClaim("raw-block");
+  Json done = WaitUntil(
+      [] {
+        return GetJson({"-n", "vms", "datavolume", "raw-block"});
+      },
+      [](const Json& d) { return Phase(d) == "Succeeded" || Phase(d) == "Failed"; }, 120s);
+  ASSERT_EQ(Phase(done), "Succeeded") << done.dump(2);
+  Json pvc = GetJson({"-n", "vms", "pvc", "raw-block"});
+  EXPECT_EQ(pvc["spec"].value("volumeMode", ""), "Block");
+  Json pv = GetJson({"pv", pvc["spec"].value("volumeName", "")});
+  EXPECT_EQ(pv["spec"].value("volumeMode", ""), "Block") << pv.dump(2);
+  const std::string image =
+      g_stack->volume_root() + "/" + pv["spec"]["csi"].value("volumeHandle", "") + "/disk.img";
+  CommandResult cmp = RunArgv({"cmp", g_images_dir + "/expected.raw", image});
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+}
+
 // A populator killed in the middle of the import: its job is redelivered to the populator that
 // starts in its place, which resumes a raw download where the bytes on disk end (an HTTP Range
 // request; a compressed or qcow2 source starts again from byte 0), and the DataVolume ends
