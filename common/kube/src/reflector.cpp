@@ -33,12 +33,16 @@ void Reflector::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
-void Reflector::Stop() {
+void Reflector::RequestStop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
+}
+
+void Reflector::Stop() {
+  RequestStop();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -171,6 +171,7 @@ void CommittedObjects::Start() {
 
 void CommittedObjects::Stop() {
   stopping_ = true;
+  for (auto& r : reflectors_) r->RequestStop();  // all at once, not in turn
   for (auto& r : reflectors_) r->Stop();
 }
 

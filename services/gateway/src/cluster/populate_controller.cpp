@@ -47,6 +47,12 @@ class PopulateController::Cache final : public kube::ReflectorHandler {
     return out;
   }
   bool synced() const { return synced_.load(); }
+  // What this controller just wrote, ahead of the watch event that will bring it (which then
+  // changes nothing), so the next look does not act on the older copy.
+  void Remember(const Json& object) {
+    std::lock_guard lock(mu_);
+    objects_[KeyOf(object)] = object;
+  }
 
   void OnAdd(const Json& object) override { Put(object); }
   void OnUpdate(const Json&, const Json& object) override { Put(object); }
@@ -129,6 +135,7 @@ void PopulateController::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  for (auto& r : reflectors_) r->RequestStop();  // all at once, not in turn
   for (auto& r : reflectors_) r->Stop();
   if (worker_.joinable()) worker_.join();
 }
@@ -454,6 +461,7 @@ absl::Status PopulateController::ReconcileDataVolume(const std::string& ns, cons
     auto patched = client_.Patch(kube::kDataVolumes, ns, name, Json{{"status", *plan.status}}, po);
     Count("datavolume", "status", patched.status());
     if (!patched.ok()) return Annotate(patched.status(), "writing the status");
+    datavolumes_->Remember(*patched);
   }
   for (const EventToPost& e : plan.events) {
     PostEvent("datavolume", *dv, "cdi.kubevirt.io/v1beta1", "DataVolume", e);

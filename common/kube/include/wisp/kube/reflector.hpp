@@ -83,6 +83,9 @@ class Reflector {
 
   void Start();
   void Stop();
+  // Tells the thread to stop without waiting for it; Stop() then waits. Stopping several
+  // reflectors: RequestStop() each, then Stop() each, and they end together rather than in turn.
+  void RequestStop();
 
   bool HasSynced() const { return synced_.load(); }
   std::string LastResourceVersion() const;
