@@ -16,21 +16,33 @@ namespace {
 struct RecordedKind {
   std::string_view group;
   std::string_view kind;
+  std::string_view record_kind;  // PopulationRecord.kind, the middle of the record's key
 };
-// The kinds wisp keeps records of (PopulationRecord.kind).
+// The kinds wisp keeps records of. No record kind is another's followed by '.', so that
+// StaleRecordKeys of one kind never takes another's keys for its own.
 constexpr std::array kRecordedKinds{
-    RecordedKind{"", "PersistentVolumeClaim"},
-    RecordedKind{"cdi.kubevirt.io", "DataVolume"},
-    RecordedKind{kWispGroup, "VolumeImportSource"},
+    RecordedKind{"", "PersistentVolumeClaim", "PersistentVolumeClaim"},
+    RecordedKind{kCdiGroup, "DataVolume", "DataVolume"},
+    RecordedKind{kWispGroup, "VolumeImportSource", "VolumeImportSource"},
+    RecordedKind{kCdiGroup, "VolumeImportSource", kCdiImportSourceRecordKind},
 };
+
+const RecordedKind* FindRecorded(std::string_view group, std::string_view kind) {
+  for (const auto& k : kRecordedKinds) {
+    if (group == k.group && kind == k.kind) return &k;
+  }
+  return nullptr;
+}
 
 }  // namespace
 
 bool KeepsRecords(std::string_view group, std::string_view kind) {
-  for (const auto& k : kRecordedKinds) {
-    if (group == k.group && kind == k.kind) return true;
-  }
-  return false;
+  return FindRecorded(group, kind) != nullptr;
+}
+
+std::string RecordKind(std::string_view group, std::string_view kind) {
+  const RecordedKind* k = FindRecorded(group, kind);
+  return std::string(k != nullptr ? k->record_kind : kind);
 }
 
 absl::StatusOr<std::vector<std::string>> StaleRecordKeys(const v1::GroupVersionKind& kind,
@@ -42,7 +54,7 @@ absl::StatusOr<std::vector<std::string>> StaleRecordKeys(const v1::GroupVersionK
   }
   std::set<std::string, std::less<>> names(live.begin(), live.end());
   std::vector<std::string> stale;
-  const std::string infix = "." + kind.kind() + ".";
+  const std::string infix = "." + RecordKind(kind.group(), kind.kind()) + ".";
   for (const auto& key : keys) {
     // "<namespace>.<Kind>.<name>": namespaces hold no '.', so the first '.' ends the namespace.
     const size_t dot = key.find('.');
@@ -64,7 +76,8 @@ absl::StatusOr<CommitOutcome> EvaluateCommitted(const v1::CommittedObject& objec
   if (!KeepsRecords(object.kind().group(), object.kind().kind())) {
     return absl::InvalidArgumentError(
         "kind: wisp keeps no records of \"" + object.kind().group() + "/" + object.kind().kind() +
-        "\" (PersistentVolumeClaim, cdi.kubevirt.io/DataVolume, wisp.dev/VolumeImportSource)");
+        "\" (PersistentVolumeClaim, cdi.kubevirt.io/DataVolume, wisp.dev/VolumeImportSource, "
+        "cdi.kubevirt.io/VolumeImportSource)");
   }
   if (object.name().empty()) return absl::InvalidArgumentError("name: required");
   if (object.namespace_().empty()) return absl::InvalidArgumentError("namespace: required");
@@ -94,9 +107,11 @@ absl::StatusOr<CommitOutcome> EvaluateCommitted(const v1::CommittedObject& objec
     return out;
   }
   out.refused = verdict.message;
-  out.writes.push_back({std::string(bus::buckets::kSources),
-                        SourceRecordKey(object.namespace_(), object.kind().kind(), object.name()),
-                        "", true});
+  out.writes.push_back(
+      {std::string(bus::buckets::kSources),
+       SourceRecordKey(object.namespace_(), RecordKind(object.kind().group(), object.kind().kind()),
+                       object.name()),
+       "", true});
   return out;
 }
 

@@ -36,6 +36,8 @@ constexpr std::array kDataVolumeValidate{
     Rule{.name = kRuleDataVolumes, .evaluate = EvaluateDataVolume}};
 constexpr std::array kImportSourceValidate{
     Rule{.name = kRulePvcSources, .evaluate = NoLookup<EvaluateVolumeImportSource>}};
+constexpr std::array kCdiImportSourceValidate{
+    Rule{.name = kRulePvcSources, .evaluate = NoLookup<EvaluateCdiVolumeImportSource>}};
 
 constexpr std::array kKinds{
     KindRules{.group = "",
@@ -58,6 +60,13 @@ constexpr std::array kKinds{
               .version = "v1alpha1",
               .kind = "VolumeImportSource",
               .validate = kImportSourceValidate},
+    // No webhook sends CDI's VolumeImportSource: from a source alone wisp cannot tell whether a
+    // wisp PVC will name it, and where CDI runs it imports the kinds wisp refuses (registry, s3).
+    KindRules{.group = kCdiGroup,
+              .version = "v1beta1",
+              .kind = "VolumeImportSource",
+              .validate = kCdiImportSourceValidate,
+              .admitted = false},
 };
 
 }  // namespace
@@ -72,12 +81,14 @@ const KindRules* FindKind(std::string_view group, std::string_view kind) {
 }
 
 bool IsAdmittedKind(std::string_view group, std::string_view kind) {
-  return FindKind(group, kind) != nullptr;
+  const KindRules* k = FindKind(group, kind);
+  return k != nullptr && k->admitted;
 }
 
 std::string AdmittedKindsText() {
   std::string text;
   for (const KindRules& k : kKinds) {
+    if (!k.admitted) continue;
     if (!text.empty()) text += ", ";
     text.append(k.group.empty() ? k.version : k.group).append(" ").append(k.kind);
   }

@@ -1,6 +1,7 @@
-// Rules d and e: CDI DataVolumes, PersistentVolumeClaims with dataSourceRef, and wisp.dev
+// Rules d and e: CDI DataVolumes, PersistentVolumeClaims with dataSourceRef, and wisp.dev and CDI
 // VolumeImportSources. Their writes say what to populate (wisp_sources); PolicyService applies them
 // for committed objects only (EvaluateCommitted), never at admission.
+#include <cctype>
 #include <optional>
 #include <set>
 
@@ -382,6 +383,100 @@ Verdict EvaluateVolumeImportSource(const AdmissionInput& in, const Policy& polic
   return Record(kRule, in, record);
 }
 
+// CDI's checksum, "algorithm:hash": wisp verifies sha256 only. Returns the lower-case hex digest,
+// or appends the cause.
+std::string CdiChecksum(const std::string& checksum, std::vector<std::string>& causes) {
+  constexpr std::string_view kField = "spec.source.http.checksum: ";
+  const size_t colon = checksum.find(':');
+  const std::string algorithm = colon == std::string::npos ? "" : checksum.substr(0, colon);
+  if (algorithm == "md5" || algorithm == "sha1" || algorithm == "sha512") {
+    causes.push_back(std::string(kField) + "Unsupported value: " + k8s::Quote(checksum) +
+                     ": wisp verifies sha256 checksums (sha256:<64 hexadecimal characters>)");
+    return "";
+  }
+  std::string hex = colon == std::string::npos ? "" : checksum.substr(colon + 1);
+  for (char& c : hex) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (algorithm != "sha256" || hex.size() != 64 ||
+      hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    causes.push_back(std::string(kField) + "Invalid value: " + k8s::Quote(checksum) +
+                     ": must be sha256:<64 hexadecimal characters>");
+    return "";
+  }
+  return hex;
+}
+
+Verdict EvaluateCdiVolumeImportSource(const AdmissionInput& in, const Policy& policy) {
+  constexpr std::string_view kRule = kRulePvcSources;
+  if (!policy.rules.pvc_sources) return Outcome(kRule, kOutcomeDisabled);
+  if (!in.Is(kCdiGroup, "VolumeImportSource")) return Outcome(kRule, kOutcomeSkipped);
+  const std::string op = in.call.operation();
+  const std::string record_kind(kCdiImportSourceRecordKind);
+  if (op == "DELETE") {
+    Verdict v = Outcome(kRule, kOutcomeAllowed);
+    v.writes.push_back({std::string(bus::buckets::kSources),
+                        SourceRecordKey(in.Namespace(), record_kind, in.Name()), "", true});
+    return v;
+  }
+  if (op != "CREATE" && op != "UPDATE") return Outcome(kRule, kOutcomeSkipped);
+  // CDI lets a multi-stage import's checkpoints change; its source is checked as on CREATE.
+  std::vector<std::string> causes;
+  const Json* source = k8s::Find(in.object, {"spec", "source"});
+  size_t count = 0;
+  if (source != nullptr && source->is_object()) {
+    for (auto it = source->begin(); it != source->end(); ++it) {
+      if (it.key() != "http" && it.key() != "blank") {
+        causes.push_back("spec.source." + it.key() +
+                         ": Unsupported value: wisp imports http and blank sources");
+      }
+      ++count;
+    }
+  }
+  if (count == 0) {
+    causes.push_back("spec.source: Required value: wisp imports http and blank sources");
+  } else if (count > 1) {
+    causes.push_back("spec.source: Invalid value: exactly one source type must be set");
+  }
+  std::string sha256;
+  std::vector<std::string> ignored;  // fields of CDI's that wisp-populator does not apply
+  if (const Json* http = source != nullptr ? k8s::Find(*source, {"http"}) : nullptr) {
+    std::string url = k8s::GetString(*http, {"url"});
+    if (!IsHttpUrl(url)) {
+      causes.push_back("spec.source.http.url: Invalid value: " + k8s::Quote(url) +
+                       ": must be an http:// or https:// URL");
+    }
+    std::string checksum = k8s::GetString(*http, {"checksum"});
+    if (!checksum.empty()) sha256 = CdiChecksum(checksum, causes);
+    for (const char* field : {"secretRef", "certConfigMap", "extraHeaders", "secretExtraHeaders",
+                              "insecureSkipVerify"}) {
+      if (k8s::Find(*http, {field}) != nullptr) {
+        ignored.push_back(std::string("spec.source.http.") + field);
+      }
+    }
+  }
+  const std::string content_type = k8s::GetString(in.object, {"spec", "contentType"}, "kubevirt");
+  if (content_type != "kubevirt") {
+    causes.push_back("spec.contentType: Unsupported value: " + k8s::Quote(content_type) +
+                     ": wisp imports disk images (\"kubevirt\")");
+  }
+  if (!causes.empty()) return Deny(kRule, causes, 422, "Invalid");
+  if (op != "CREATE") return Outcome(kRule, kOutcomeAllowed);
+  v1::PopulationRecord record;
+  record.set_kind(record_kind);
+  record.set_content_type(content_type);
+  std::vector<std::string> warnings;
+  FillSource(*source, record.mutable_source(), warnings);
+  record.mutable_source()->set_sha256(sha256);
+  Verdict v = Record(kRule, in, record);
+  if (!ignored.empty()) {
+    std::string fields;
+    for (const auto& f : ignored) fields += (fields.empty() ? "" : ", ") + f;
+    v.warnings.push_back("wisp: " + fields +
+                         " not applied: wisp-populator fetches the URL without credentials or "
+                         "extra headers and verifies TLS against the system roots");
+  }
+  return v;
+}
+
 Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup) {
   constexpr std::string_view kRule = kRulePvcSources;
   if (!policy.rules.pvc_sources) return Outcome(kRule, kOutcomeDisabled);
@@ -398,7 +493,7 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
   static const Json kEmpty = Json::object();
   const Json* spec = k8s::Find(in.object, {"spec"});
   if (spec == nullptr) spec = &kEmpty;
-  // Every committed PVC is recorded (without a source unless it references a wisp
+  // Every committed PVC is recorded (without a source unless it references a wisp.dev or CDI
   // VolumeImportSource), so a later DataVolume of the same name meets CDI's "Destination PVC
   // already exists" check. A record without source or dataSourceRef is ignored by the populator.
   v1::PopulationRecord record;
@@ -457,9 +552,13 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
     return Deny(kRule, {fld + ".namespace: Invalid value: DataSourceRef namespace not supported"},
                 422, "Invalid");
   }
-  if (k8s::GetString(*ref, {"apiGroup"}) != kWispGroup) return record_plain();
+  const std::string group = k8s::GetString(*ref, {"apiGroup"});
   std::string kind = k8s::GetString(*ref, {"kind"});
   std::string name = k8s::GetString(*ref, {"name"});
+  // CDI's VolumeImportSource is served as wisp's is; CDI's other kinds (VolumeUploadSource,
+  // VolumeCloneSource, ...) and other groups are other populators' business.
+  const bool cdi_source = group == kCdiGroup && kind == "VolumeImportSource";
+  if (group != kWispGroup && !cdi_source) return record_plain();
   if (kind != "VolumeImportSource") {
     return Deny(kRule,
                 {fld + ".kind: Unsupported value: " + k8s::Quote(kind) +
@@ -467,10 +566,13 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
                 422, "Invalid");
   }
   if (name.empty()) return Deny(kRule, {fld + ".name: Required value"}, 422, "Invalid");
-  auto raw = lookup(bus::buckets::kSources, SourceRecordKey(ns, kind, name));
+  const std::string what =
+      (cdi_source ? "cdi.kubevirt.io VolumeImportSource " : "VolumeImportSource ") + ns + "/" +
+      name;
+  auto raw = lookup(bus::buckets::kSources, SourceRecordKey(ns, RecordKind(group, kind), name));
   if (!raw.ok()) {
     Verdict v = Outcome(kRule, kOutcomeError);
-    v.error = Annotate(raw.status(), "looking up VolumeImportSource " + ns + "/" + name);
+    v.error = Annotate(raw.status(), "looking up " + what);
     return v;
   }
   if (!raw->has_value()) {
@@ -483,7 +585,7 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
     if (!causes.empty()) return Deny(kRule, causes, 422, "Invalid");
     Verdict v = Record(kRule, in, record);
     if (!in.committed) {
-      v.warnings.push_back("wisp: VolumeImportSource " + ns + "/" + name +
+      v.warnings.push_back("wisp: " + what +
                            " does not exist yet; the volume is populated once it does");
     }
     return v;
@@ -491,8 +593,7 @@ Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const Record
   v1::PopulationRecord source;
   if (!source.ParseFromString(**raw)) {
     Verdict v = Outcome(kRule, kOutcomeError);
-    v.error = absl::DataLossError("the record of VolumeImportSource " + ns + "/" + name +
-                                  " is unreadable");
+    v.error = absl::DataLossError("the record of " + what + " is unreadable");
     return v;
   }
   std::vector<std::string> causes;

@@ -130,6 +130,53 @@ TEST(StaleRecordKeysTest, OnlyTheKindsRecordsThatNameNoLiveObject) {
   EXPECT_TRUE(absl::IsInvalidArgument(StaleRecordKeys(pod, {}, {}).status()));
 }
 
+// Tests that wisp.dev's and CDI's VolumeImportSources keep apart: each kind's SYNCED sweeps only
+// its own records, whatever their names.
+TEST(StaleRecordKeysTest, TheTwoVolumeImportSourcesKeepApart) {
+  const std::vector<std::string> keys = {
+      "vms.VolumeImportSource.a", "vms.VolumeImportSource.cdi.kubevirt.io.x",
+      "vms.cdi.kubevirt.io.VolumeImportSource.a", "vms.cdi.kubevirt.io.VolumeImportSource.b"};
+  v1::GroupVersionKind wisp;
+  wisp.set_group("wisp.dev");
+  wisp.set_kind("VolumeImportSource");
+  auto stale = StaleRecordKeys(wisp, {"vms/a"}, keys);
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  EXPECT_EQ(*stale, (std::vector<std::string>{"vms.VolumeImportSource.cdi.kubevirt.io.x"}));
+  v1::GroupVersionKind cdi;
+  cdi.set_group("cdi.kubevirt.io");
+  cdi.set_kind("VolumeImportSource");
+  stale = StaleRecordKeys(cdi, {"vms/a"}, keys);
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  EXPECT_EQ(*stale, (std::vector<std::string>{"vms.cdi.kubevirt.io.VolumeImportSource.b"}));
+}
+
+// Tests that a stored CDI VolumeImportSource is recorded, and one with a source wisp cannot import
+// (registry) is refused naming the field, erasing its own record and not wisp.dev's of its name.
+TEST(EvaluateCommittedTest, CdiVolumeImportSource) {
+  std::map<std::string, std::string> store;
+  Json vis = Json::parse(R"({"apiVersion":"cdi.kubevirt.io/v1beta1","kind":"VolumeImportSource",
+      "metadata":{"name":"golden","namespace":"vms","uid":"u1"},
+      "spec":{"source":{"http":{"url":"http://images.example/disk.img"}}}})");
+  auto added = EvaluateCommitted(Committed("ADDED", "cdi.kubevirt.io", "VolumeImportSource", vis),
+                                 Policy{}, Lookup(store), 1);
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_TRUE(added->refused.empty()) << added->refused;
+  ASSERT_EQ(added->writes.size(), 1u);
+  EXPECT_EQ(added->writes[0].key, "vms.cdi.kubevirt.io.VolumeImportSource.golden");
+  EXPECT_FALSE(added->writes[0].erase);
+
+  vis["spec"]["source"] = {{"registry", {{"url", "docker://quay.io/containerdisks/fedora:40"}}}};
+  auto refused =
+      EvaluateCommitted(Committed("MODIFIED", "cdi.kubevirt.io", "VolumeImportSource", vis),
+                        Policy{}, Lookup(store), 1);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->refused,
+            "spec.source.registry: Unsupported value: wisp imports http and blank sources");
+  ASSERT_EQ(refused->writes.size(), 1u);
+  EXPECT_TRUE(refused->writes[0].erase);
+  EXPECT_EQ(refused->writes[0].key, "vms.cdi.kubevirt.io.VolumeImportSource.golden");
+}
+
 using RecordEndpointTest = testing::PolicyServiceFixture;
 
 // Tests the ghost-record story: a PVC that admission allowed but the apiserver never stored

@@ -275,10 +275,20 @@ TEST(PvcSourcesTest, ChecksReferencesAndRecords) {
   EXPECT_EQ(r.capacity_bytes(), 10737418240LL);
   EXPECT_EQ(r.data_source_ref(), "wisp.dev/VolumeImportSource/golden");
 
-  // Other populators' references are not wisp's business.
-  Json other = ImportPvc();
-  other["spec"]["dataSourceRef"]["apiGroup"] = "cdi.kubevirt.io";
-  EXPECT_TRUE(EvaluatePvc(pvc(other), Policy{}, lookup).allowed);
+  // Other populators' references are not wisp's business: CDI's other kinds, other groups.
+  for (const auto& [group, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"cdi.kubevirt.io", "VolumeUploadSource"}, {"example.com", "VolumeImportSource"}}) {
+    SCOPED_TRACE(group + " " + kind);
+    Json other = ImportPvc();
+    other["spec"]["dataSourceRef"]["apiGroup"] = group;
+    other["spec"]["dataSourceRef"]["kind"] = kind;
+    Verdict plain = EvaluatePvc(pvc(other), Policy{}, lookup);
+    ASSERT_TRUE(plain.allowed) << plain.message;
+    v1::PopulationRecord p;
+    ASSERT_TRUE(p.ParseFromString(plain.writes.at(0).value));
+    EXPECT_TRUE(p.data_source_ref().empty());
+    EXPECT_FALSE(p.has_source());
+  }
   // A store failure is an error for the gateway's failure mode, not a denial.
   RecordLookup broken = [](std::string_view,
                            std::string_view) -> absl::StatusOr<std::optional<std::string>> {
@@ -483,6 +493,180 @@ TEST(PvcSourcesTest, PrimeTakesTheSourceOfThePvcItPopulates) {
   EXPECT_TRUE(v.writes.empty());
   ASSERT_EQ(v.warnings.size(), 1u);
   EXPECT_NE(v.warnings[0].find("has no wisp data source"), std::string::npos);
+}
+
+// CDI's own VolumeImportSource, as CDI's documentation writes one.
+Json CdiVis(const std::string& source_json = "") {
+  return Json::parse(R"({"apiVersion":"cdi.kubevirt.io/v1beta1","kind":"VolumeImportSource",
+    "metadata":{"name":"golden","namespace":"vms","uid":"cdi-vis-uid"},
+    "spec":{"source":)" +
+                     (source_json.empty()
+                          ? std::string(R"({"http":{"url":"https://mirror.example/cirros.img",
+        "checksum":"sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"}})")
+                          : source_json) +
+                     "}}");
+}
+
+AdmissionInput CdiVisInput(const Json& vis, const std::string& op = "CREATE") {
+  return Input("cdi.kubevirt.io", "VolumeImportSource", op, vis.dump(), "vms");
+}
+
+// Tests that CDI's VolumeImportSource with an http source (sha256 checksum, any case) or a blank
+// one is recorded like wisp.dev's, under its own key; the http fields wisp-populator does not
+// apply are named in a warning.
+TEST(CdiVolumeImportSourceTest, RecordsHttpAndBlank) {
+  Verdict v = EvaluateCdiVolumeImportSource(CdiVisInput(CdiVis()), Policy{});
+  ASSERT_TRUE(v.allowed) << v.message;
+  ASSERT_EQ(v.writes.size(), 1u);
+  EXPECT_EQ(v.writes[0].bucket, bus::buckets::kSources);
+  EXPECT_EQ(v.writes[0].key, "vms.cdi.kubevirt.io.VolumeImportSource.golden");
+  v1::PopulationRecord r;
+  ASSERT_TRUE(r.ParseFromString(v.writes[0].value));
+  EXPECT_EQ(r.kind(), "cdi.kubevirt.io.VolumeImportSource");
+  EXPECT_EQ(r.uid(), "cdi-vis-uid");
+  EXPECT_EQ(r.source().http().url(), "https://mirror.example/cirros.img");
+  EXPECT_EQ(r.source().sha256(),
+            "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(r.content_type(), "kubevirt");
+  EXPECT_TRUE(v.warnings.empty());
+
+  Json with_auth = CdiVis(R"({"http":{"url":"https://mirror.example/cirros.img",
+      "secretRef":"mirror-auth","certConfigMap":"mirror-ca"}})");
+  with_auth["spec"]["contentType"] = "kubevirt";
+  Verdict a = EvaluateCdiVolumeImportSource(CdiVisInput(with_auth), Policy{});
+  ASSERT_TRUE(a.allowed) << a.message;
+  ASSERT_TRUE(r.ParseFromString(a.writes.at(0).value));
+  EXPECT_EQ(r.source().http().secret_ref(), "mirror-auth");
+  EXPECT_TRUE(r.source().sha256().empty());
+  ASSERT_EQ(a.warnings.size(), 1u);
+  EXPECT_EQ(a.warnings[0],
+            "wisp: spec.source.http.secretRef, spec.source.http.certConfigMap not applied: "
+            "wisp-populator fetches the URL without credentials or extra headers and verifies TLS "
+            "against the system roots");
+
+  Verdict b = EvaluateCdiVolumeImportSource(CdiVisInput(CdiVis(R"({"blank":{}})")), Policy{});
+  ASSERT_TRUE(b.allowed) << b.message;
+  ASSERT_TRUE(r.ParseFromString(b.writes.at(0).value));
+  EXPECT_TRUE(r.source().has_blank());
+
+  // UPDATE (a multi-stage import's checkpoints) is checked, not recorded; DELETE erases its key.
+  EXPECT_TRUE(
+      EvaluateCdiVolumeImportSource(CdiVisInput(CdiVis(), "UPDATE"), Policy{}).writes.empty());
+  AdmissionInput del = CdiVisInput(Json::object(), "DELETE");
+  del.call.set_name("golden");
+  Verdict d = EvaluateCdiVolumeImportSource(del, Policy{});
+  ASSERT_EQ(d.writes.size(), 1u);
+  EXPECT_TRUE(d.writes[0].erase);
+  EXPECT_EQ(d.writes[0].key, "vms.cdi.kubevirt.io.VolumeImportSource.golden");
+  // wisp.dev's kind is not this rule's, nor this one the wisp.dev rule's.
+  EXPECT_TRUE(
+      EvaluateCdiVolumeImportSource(
+          Input("wisp.dev", "VolumeImportSource", "CREATE", GoldenVis().dump(), "vms"), Policy{})
+          .writes.empty());
+  EXPECT_TRUE(EvaluateVolumeImportSource(CdiVisInput(CdiVis()), Policy{}).writes.empty());
+  Policy off;
+  off.rules.pvc_sources = false;
+  EXPECT_TRUE(EvaluateCdiVolumeImportSource(CdiVisInput(CdiVis()), off).writes.empty());
+}
+
+// Tests that the sources wisp cannot import are refused naming the field.
+TEST(CdiVolumeImportSourceTest, RefusesWhatWispCannotImport) {
+  struct Case {
+    std::string source;
+    std::string message;
+    std::string content_type = "";
+  } cases[] = {
+      {R"({"registry":{"url":"docker://quay.io/containerdisks/fedora:40"}})",
+       "spec.source.registry: Unsupported value: wisp imports http and blank sources"},
+      {R"({"s3":{"url":"https://s3.example/bucket/disk.img"}})",
+       "spec.source.s3: Unsupported value: wisp imports http and blank sources"},
+      {R"({"gcs":{"url":"gs://bucket/disk.img"}})",
+       "spec.source.gcs: Unsupported value: wisp imports http and blank sources"},
+      {R"({"imageio":{"url":"https://engine/ovirt-engine/api","diskId":"d1"}})",
+       "spec.source.imageio: Unsupported value: wisp imports http and blank sources"},
+      {R"({"vddk":{"url":"https://vcenter","backingFile":"[ds] vm.vmdk"}})",
+       "spec.source.vddk: Unsupported value: wisp imports http and blank sources"},
+      {R"({})", "spec.source: Required value: wisp imports http and blank sources"},
+      {R"({"http":{"url":"https://a.example/x.img"},"blank":{}})",
+       "spec.source: Invalid value: exactly one source type must be set"},
+      {R"({"http":{"url":"ftp://a.example/x.img"}})",
+       "spec.source.http.url: Invalid value: \"ftp://a.example/x.img\": must be an http:// or "
+       "https:// URL"},
+      {R"({"http":{"url":"https://a.example/x.img","checksum":"md5:5678efgh"}})",
+       "spec.source.http.checksum: Unsupported value: \"md5:5678efgh\": wisp verifies sha256 "
+       "checksums (sha256:<64 hexadecimal characters>)"},
+      {R"({"http":{"url":"https://a.example/x.img","checksum":"sha256:abc"}})",
+       "spec.source.http.checksum: Invalid value: \"sha256:abc\": must be sha256:<64 hexadecimal "
+       "characters>"},
+      {R"({"http":{"url":"https://a.example/x.img"}})",
+       "spec.contentType: Unsupported value: \"archive\": wisp imports disk images (\"kubevirt\")",
+       "archive"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.source);
+    Json vis = CdiVis(c.source);
+    if (!c.content_type.empty()) vis["spec"]["contentType"] = c.content_type;
+    Verdict v = EvaluateCdiVolumeImportSource(CdiVisInput(vis), Policy{});
+    EXPECT_FALSE(v.allowed);
+    EXPECT_EQ(v.code, 422);
+    EXPECT_EQ(v.message, c.message);
+    EXPECT_TRUE(v.writes.empty());
+  }
+}
+
+// Tests that a PVC whose dataSourceRef names CDI's VolumeImportSource is recorded as one naming
+// wisp.dev's: by reference while the source is not stored, with its source once it is, never with
+// a wisp.dev source of the same name; its prime takes the same.
+TEST(PvcSourcesTest, NamesCdiVolumeImportSource) {
+  Store store;
+  auto pvc = [](const std::string& group, bool committed = false) {
+    Json obj = ImportPvc();
+    obj["spec"]["dataSourceRef"]["apiGroup"] = group;
+    AdmissionInput in = Input("", "PersistentVolumeClaim", "CREATE", obj.dump(), "vms");
+    in.committed = committed;
+    return in;
+  };
+  // A wisp.dev source of the same name is another object.
+  store.Apply(EvaluateVolumeImportSource(
+      Input("wisp.dev", "VolumeImportSource", "CREATE", GoldenVis().dump(), "vms"), Policy{}));
+  Verdict missing = EvaluatePvc(pvc("cdi.kubevirt.io"), Policy{}, store.Lookup());
+  ASSERT_TRUE(missing.allowed) << missing.message;
+  EXPECT_EQ(missing.warnings,
+            std::vector<std::string>{"wisp: cdi.kubevirt.io VolumeImportSource vms/golden does not "
+                                     "exist yet; the volume is populated once it does"});
+  v1::PopulationRecord r;
+  ASSERT_TRUE(r.ParseFromString(missing.writes.at(0).value));
+  EXPECT_EQ(r.data_source_ref(), "cdi.kubevirt.io/VolumeImportSource/golden");
+  EXPECT_FALSE(r.has_source());
+
+  store.Apply(EvaluateCdiVolumeImportSource(CdiVisInput(CdiVis()), Policy{}));
+  Verdict ok = EvaluatePvc(pvc("cdi.kubevirt.io", true), Policy{}, store.Lookup());
+  ASSERT_TRUE(ok.allowed) << ok.message;
+  EXPECT_TRUE(ok.warnings.empty());
+  EXPECT_EQ(ok.writes.at(0).key, "vms.PersistentVolumeClaim.vm-disk");
+  ASSERT_TRUE(r.ParseFromString(ok.writes.at(0).value));
+  EXPECT_EQ(r.source().http().url(), "https://mirror.example/cirros.img");
+  EXPECT_EQ(r.source().sha256(),
+            "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(r.data_source_ref(), "cdi.kubevirt.io/VolumeImportSource/golden");
+  EXPECT_EQ(r.capacity_bytes(), 10737418240LL);
+  store.Apply(ok);
+
+  // The prime the populator controller creates for it carries the same source.
+  const std::string prime =
+      PlainPvc("wisp-prime-u1", R"(,"annotations":{"wisp.dev/prime-for":"vm-disk"})").dump();
+  Verdict p = EvaluatePvc(Input("", "PersistentVolumeClaim", "CREATE", prime, "vms"), Policy{},
+                          store.Lookup());
+  ASSERT_TRUE(p.allowed) << p.message;
+  ASSERT_TRUE(r.ParseFromString(p.writes.at(0).value));
+  EXPECT_EQ(r.source().http().url(), "https://mirror.example/cirros.img");
+  EXPECT_EQ(r.data_source_ref(), "cdi.kubevirt.io/VolumeImportSource/golden");
+  EXPECT_EQ(r.populated_for(), "vm-disk");
+
+  // The wisp.dev reference still reads wisp.dev's source.
+  Verdict wisp = EvaluatePvc(pvc("wisp.dev", true), Policy{}, store.Lookup());
+  ASSERT_TRUE(r.ParseFromString(wisp.writes.at(0).value));
+  EXPECT_EQ(r.source().http().url(), "https://mirror.example/cirros.qcow2.xz");
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ struct RuleSwitches {
   bool vmi_token_volumes = true;    // b: VMI token requests (validate + the annotating mutate)
   bool virt_launcher = true;        // c: virt-launcher pods from their copied annotations
   bool data_volumes = true;         // d: CDI DataVolumes
-  bool pvc_sources = true;          // e: PVCs and wisp.dev VolumeImportSource
+  bool pvc_sources = true;          // e: PVCs, wisp.dev and CDI VolumeImportSources
   bool pod_token_audiences = true;  // f: projected token audiences vs the namespace allow-list
 };
 

@@ -2,7 +2,9 @@
 // The rule registry: every kind wisp admits and, for each, the rules that run on its mutate and
 // validate paths, in order. It is the one place a rule or a kind is added: EvaluateMutate and
 // EvaluateValidate run exactly what is listed here, and the gateway answers 400 for a kind that
-// is not listed (IsAdmittedKind) without calling wisp-policy.
+// is not listed (IsAdmittedKind) without calling wisp-policy. A kind listed with admitted = false
+// (CDI's VolumeImportSource) has no webhook: its validating rules run only on the objects the
+// apiserver stored (EvaluateCommitted), and the gateway answers 400 for it as for any other.
 //
 // Contract:
 //   - Kinds() is a constant table in src/registry.cpp; its order is the order of
@@ -45,15 +47,17 @@ struct KindRules {
   std::string_view kind;
   std::span<const Rule> mutate;
   std::span<const Rule> validate;
+  bool admitted = true;  // false: recorded from stored objects only, never admitted
 };
 
-// Every admitted kind, in a fixed order.
+// Every listed kind, in a fixed order.
 std::span<const KindRules> Kinds();
-// The entry for group/kind; nullptr when wisp does not admit it.
+// The entry for group/kind (admitted or not); nullptr when it is not listed.
 const KindRules* FindKind(std::string_view group, std::string_view kind);
+// Listed and admitted.
 bool IsAdmittedKind(std::string_view group, std::string_view kind);
-// "v1 Pod, v1 PersistentVolumeClaim, kubevirt.io VirtualMachineInstance, ...": core kinds by
-// version, the others by group.
+// "v1 Pod, v1 PersistentVolumeClaim, kubevirt.io VirtualMachineInstance, ...": the admitted
+// kinds, core kinds by version, the others by group.
 std::string AdmittedKindsText();
 
 }  // namespace wisp::policy

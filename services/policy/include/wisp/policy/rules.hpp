@@ -69,6 +69,10 @@ inline constexpr std::string_view kNoApiTokenVolume = "wisp-no-api-token";
 inline constexpr std::string_view kApiTokenDir = "/var/run/secrets/kubernetes.io/serviceaccount";
 inline constexpr std::string_view kWispCsiDriver = "csi.wisp.dev";
 inline constexpr std::string_view kWispGroup = "wisp.dev";
+inline constexpr std::string_view kCdiGroup = "cdi.kubevirt.io";
+// The kind part of the key of a CDI VolumeImportSource's record: apart from wisp.dev's
+// "VolumeImportSource", so that two sources of one name in one namespace keep two records.
+inline constexpr std::string_view kCdiImportSourceRecordKind = "cdi.kubevirt.io.VolumeImportSource";
 inline constexpr std::string_view kVirtiofsSocketDir = "/var/run/kubevirt/virtiofs-containers";
 inline constexpr std::string_view kVirtiofsVolume = "virtiofs-containers";
 // A VM token request: annotation wisp.dev/token.<volume> on the VMI, value
@@ -145,8 +149,12 @@ struct AdmissionInput {
   bool Is(std::string_view group, std::string_view kind) const;
 };
 
-// Keys of the KV records (see PopulationRecord in admission.proto).
+// Keys of the KV records (see PopulationRecord in admission.proto): "<ns>.<kind>.<name>", `kind`
+// being RecordKind's.
 std::string SourceRecordKey(std::string_view ns, std::string_view kind, std::string_view name);
+// The kind a record of this object kind is kept under (PopulationRecord.kind): the kind itself,
+// except cdi.kubevirt.io's VolumeImportSource (kCdiImportSourceRecordKind).
+std::string RecordKind(std::string_view group, std::string_view kind);
 
 // a. Token sidecar for pods annotated wisp.dev/token-sidecar (mutating).
 Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy);
@@ -169,9 +177,14 @@ Verdict EvaluateVirtLauncher(const AdmissionInput& in, const Policy& policy);
 // rule e for CDI's destination-PVC check (admission only); without one the check is skipped.
 Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy,
                            const RecordLookup& lookup = RecordLookup());
-// e. PersistentVolumeClaims and wisp.dev/v1alpha1 VolumeImportSources (validating; records).
+// e. PersistentVolumeClaims, wisp.dev/v1alpha1 VolumeImportSources and CDI's own
+// cdi.kubevirt.io/v1beta1 VolumeImportSources (validating; records). A PVC's dataSourceRef may
+// name either VolumeImportSource; its record carries that source's. Of CDI's sources wisp imports
+// http (with an optional sha256 checksum) and blank; registry, s3, gcs, imageio and vddk are
+// refused naming the field, and so is contentType archive.
 Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup);
 Verdict EvaluateVolumeImportSource(const AdmissionInput& in, const Policy& policy);
+Verdict EvaluateCdiVolumeImportSource(const AdmissionInput& in, const Policy& policy);
 // f. Any pod's projected serviceAccountToken audiences and lifetimes (validating).
 Verdict EvaluatePodTokenAudiences(const AdmissionInput& in, const Policy& policy);
 
@@ -207,7 +220,8 @@ absl::StatusOr<std::vector<std::string>> StaleRecordKeys(const v1::GroupVersionK
                                                          const std::vector<std::string>& live,
                                                          const std::vector<std::string>& keys);
 // Whether wisp keeps records of this kind (PersistentVolumeClaim, cdi.kubevirt.io/DataVolume,
-// wisp.dev/VolumeImportSource): the kinds EvaluateCommitted takes and the gateway watches.
+// wisp.dev/VolumeImportSource, cdi.kubevirt.io/VolumeImportSource): the kinds EvaluateCommitted
+// takes and the gateway watches.
 bool KeepsRecords(std::string_view group, std::string_view kind);
 absl::StatusOr<CommitOutcome> EvaluateCommitted(const v1::CommittedObject& object,
                                                 const Policy& policy, const RecordLookup& lookup,
