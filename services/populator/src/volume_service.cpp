@@ -113,6 +113,31 @@ void VolumeService::Drain() {
   subs_.clear();
 }
 
+namespace {
+
+// The VolumeImportSources a PVC record's data_source_ref ("<apiGroup>/<kind>/<name>") may name,
+// and the kind part of the key of their own records in wisp_sources ("<ns>.<kind>.<name>", as
+// wisp-policy writes them: PopulationRecord in admission.proto).
+struct ImportSourceRef {
+  std::string_view prefix;
+  std::string_view record_kind;
+  std::string_view what;  // for messages
+};
+constexpr ImportSourceRef kImportSourceRefs[] = {
+    {"wisp.dev/VolumeImportSource/", "VolumeImportSource", "VolumeImportSource"},
+    {"cdi.kubevirt.io/VolumeImportSource/", "cdi.kubevirt.io.VolumeImportSource",
+     "cdi.kubevirt.io VolumeImportSource"},
+};
+
+const ImportSourceRef* FindImportSourceRef(const std::string& data_source_ref) {
+  for (const auto& ref : kImportSourceRefs) {
+    if (data_source_ref.rfind(ref.prefix, 0) == 0) return &ref;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::VolumeSpec> VolumeService::ResolveSpec(v1::VolumeSpec spec) {
   if (spec.name().empty()) return absl::InvalidArgumentError("spec.name: required");
   if (spec.capacity_bytes() <= 0) {
@@ -144,18 +169,18 @@ absl::StatusOr<v1::VolumeSpec> VolumeService::ResolveSpec(v1::VolumeSpec spec) {
         if (!record.ParseFromString(entry->value)) {
           return absl::DataLossError("wisp_sources record " + key + " does not parse");
         }
-        constexpr std::string_view kWispImportSource = "wisp.dev/VolumeImportSource/";
-        if (record.source().kind_case() == v1::PopulationSource::KIND_NOT_SET &&
-            record.data_source_ref().rfind(kWispImportSource, 0) == 0) {
+        const ImportSourceRef* ref = FindImportSourceRef(record.data_source_ref());
+        if (record.source().kind_case() == v1::PopulationSource::KIND_NOT_SET && ref != nullptr) {
           // The PVC was stored before the VolumeImportSource it names (KEP 1495 allows it):
           // the source is the VolumeImportSource's own record, once it exists.
-          const std::string vis = record.data_source_ref().substr(kWispImportSource.size());
-          const std::string vis_key = spec.pvc_namespace() + ".VolumeImportSource." + vis;
+          const std::string vis = record.data_source_ref().substr(ref->prefix.size());
+          const std::string vis_key =
+              spec.pvc_namespace() + "." + std::string(ref->record_kind) + "." + vis;
           auto vis_entry = sources_.Get(vis_key);
           if (absl::IsNotFound(vis_entry.status())) {
-            return absl::UnavailableError("VolumeImportSource " + spec.pvc_namespace() + "/" + vis +
-                                          ", named by PVC " + spec.pvc_namespace() + "/" +
-                                          spec.pvc_name() + ", does not exist yet; retry");
+            return absl::UnavailableError(std::string(ref->what) + " " + spec.pvc_namespace() +
+                                          "/" + vis + ", named by PVC " + spec.pvc_namespace() +
+                                          "/" + spec.pvc_name() + ", does not exist yet; retry");
           }
           if (!vis_entry.ok()) {
             return absl::UnavailableError("reading wisp_sources " + vis_key + ": " +

@@ -17,7 +17,10 @@
 //
 // Sources, in order: an explicit spec.source (CSI content source / wispctl); else the admission
 // record in wisp_sources for the PVC named by csi.storage.k8s.io/pvc/{namespace,name}
-// ("<ns>.PersistentVolumeClaim.<pvc>", then "<ns>.DataVolume.<pvc>"); else StorageClass
+// ("<ns>.PersistentVolumeClaim.<pvc>", then "<ns>.DataVolume.<pvc>"; a record holding only a
+// dataSourceRef to a wisp.dev or cdi.kubevirt.io VolumeImportSource reads that source's record,
+// "<ns>.VolumeImportSource.<name>" or "<ns>.cdi.kubevirt.io.VolumeImportSource.<name>", and is
+// Unavailable until it exists); else StorageClass
 // parameters wisp.dev/source-url (+ wisp.dev/source-format, wisp.dev/sha256); else a blank volume.
 // A PVC-named request with neither a record nor a StorageClass source answers Unavailable (the
 // admission record may not be written yet; external-provisioner retries) unless the StorageClass

@@ -204,6 +204,46 @@ TEST_F(VolumeServiceTest, WaitsForTheVolumeImportSourceAPvcNames) {
   EXPECT_EQ(Get(created->volume_id()).phase(), v1::SUCCEEDED);
 }
 
+// Tests that a record naming CDI's own VolumeImportSource reads that source's record, kept under
+// its own key, and never the wisp.dev VolumeImportSource of the same name; a prime PVC's record
+// (wisp.dev/prime-for) holding only the reference resolves the same way.
+TEST_F(VolumeServiceTest, ResolvesCdiVolumeImportSource) {
+  v1::PopulationRecord wisp_vis;
+  wisp_vis.set_kind("VolumeImportSource");
+  wisp_vis.mutable_source()->mutable_http()->set_url(server_.Url("/not-this.raw"));
+  ASSERT_TRUE(sources_->Put("vms.VolumeImportSource.golden", wisp_vis.SerializeAsString()).ok());
+  v1::PopulationRecord prime;
+  prime.set_namespace_("vms");
+  prime.set_kind("PersistentVolumeClaim");
+  prime.set_name("wisp-prime-u1");
+  prime.set_populated_for("vm-disk");
+  prime.set_data_source_ref("cdi.kubevirt.io/VolumeImportSource/golden");
+  ASSERT_TRUE(
+      sources_->Put("vms.PersistentVolumeClaim.wisp-prime-u1", prime.SerializeAsString()).ok());
+  auto spec = Spec("pvc-cdi", {{kParamPvcName, "wisp-prime-u1"}, {kParamPvcNamespace, "vms"}});
+  auto st = Create(spec).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("cdi.kubevirt.io VolumeImportSource vms/golden, named by PVC "
+                              "vms/wisp-prime-u1, does not exist yet; retry"),
+            std::string::npos)
+      << st;
+  EXPECT_EQ(bus_.StreamSize(bus::streams::kPopulateJobs), 0u);
+  v1::PopulationRecord cdi_vis;
+  cdi_vis.set_namespace_("vms");
+  cdi_vis.set_kind("cdi.kubevirt.io.VolumeImportSource");
+  cdi_vis.set_name("golden");
+  cdi_vis.mutable_source()->mutable_http()->set_url(server_.Url("/disk.raw"));
+  ASSERT_TRUE(
+      sources_->Put("vms.cdi.kubevirt.io.VolumeImportSource.golden", cdi_vis.SerializeAsString())
+          .ok());
+  auto created = Create(spec);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->spec().source().http().url(), server_.Url("/disk.raw"));
+  EXPECT_FALSE(created->spec().external_population());
+  ASSERT_TRUE(RunJob());
+  EXPECT_EQ(Get(created->volume_id()).phase(), v1::SUCCEEDED);
+}
+
 // Tests that a record naming an external populator leaves a blank volume in PENDING_POPULATION.
 TEST_F(VolumeServiceTest, ExternalPopulationIsPendingPopulation) {
   v1::PopulationRecord record;
