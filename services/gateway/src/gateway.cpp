@@ -132,7 +132,8 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
              "Watch the Kubernetes API with this pod's service account (its token, re-read as "
              "the kubelet rotates it, and ca.crt under /var/run/secrets/kubernetes.io/"
              "serviceaccount; KUBERNETES_SERVICE_HOST/PORT). The gateway then sends every stored "
-             "PersistentVolumeClaim, DataVolume and VolumeImportSource to wisp-policy, whose "
+             "PersistentVolumeClaim, DataVolume and VolumeImportSource (wisp.dev and "
+             "cdi.kubevirt.io) to wisp-policy, whose "
              "records follow what the apiserver committed. Needs list and watch on those "
              "(the chart's ClusterRole). Run it in one gateway Deployment, not on every node.");
   flags.String("kubeconfig", &s.kubeconfig,
@@ -144,7 +145,8 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
   flags.String(
       "controllers", &s.controllers,
       "Comma list of controllers to run with --in-cluster / --kubeconfig: `populator` (a PVC "
-      "whose dataSourceRef names a wisp.dev VolumeImportSource, in a StorageClass of this CSI "
+      "whose dataSourceRef names a wisp.dev or cdi.kubevirt.io VolumeImportSource, in a "
+      "StorageClass of this CSI "
       "driver, is populated through a prime PVC that external-provisioner provisions, then its "
       "PersistentVolume is handed to the PVC: the volume populator protocol, KEP 1495) and "
       "`datavolumes` (a CDI DataVolume gets its VolumeImportSource and PVC, and CDI's status "

@@ -14,6 +14,7 @@ const std::vector<WatchedKind>& RecordedKinds() {
       {kube::kPersistentVolumeClaims, "PersistentVolumeClaim"},
       {kube::kDataVolumes, "DataVolume"},
       {kube::kVolumeImportSources, "VolumeImportSource"},
+      {kube::kCdiVolumeImportSources, "VolumeImportSource", "VolumeImportSource.cdi.kubevirt.io"},
   };
   return kKinds;
 }
@@ -80,7 +81,7 @@ class CommittedObjects::Forwarder final : public kube::ReflectorHandler {
                     .Name("wisp_gateway_watch_synced")
                     .Help("1 once the kind's first complete list has been sent to wisp-policy")
                     .Register(registry)
-                    .Add({{"kind", kind_.kind}})) {}
+                    .Add({{"kind", kind_.Label()}})) {}
 
   void set_reflector(kube::Reflector* reflector) { reflector_ = reflector; }
   bool synced() const { return synced_.Value() > 0; }
@@ -107,13 +108,13 @@ class CommittedObjects::Forwarder final : public kube::ReflectorHandler {
         Count(object, "sent");
         if (!reply->refused().empty()) {
           SPDLOG_LOGGER_WARN(logger, "{} {}/{} as stored is refused by wisp's rules: {}",
-                             kind_.kind, object.namespace_(), object.name(), reply->refused());
+                             kind_.Label(), object.namespace_(), object.name(), reply->refused());
         }
         return true;
       }
       if (absl::IsInvalidArgument(reply.status())) {
         Count(object, "dropped");
-        SPDLOG_LOGGER_ERROR(logger, "{} {} {}/{} dropped: {}", object.event(), kind_.kind,
+        SPDLOG_LOGGER_ERROR(logger, "{} {} {}/{} dropped: {}", object.event(), kind_.Label(),
                             object.namespace_(), object.name(),
                             std::string(reply.status().message()));
         return false;
@@ -121,7 +122,7 @@ class CommittedObjects::Forwarder final : public kube::ReflectorHandler {
       Count(object, "retried");
       if (attempt == 0 || backoff >= options_.max_backoff) {
         SPDLOG_LOGGER_WARN(logger, "{} {} {}/{}: wisp-policy did not take it ({}); retrying",
-                           object.event(), kind_.kind, object.namespace_(), object.name(),
+                           object.event(), kind_.Label(), object.namespace_(), object.name(),
                            std::string(reply.status().message()));
       }
       // Sleep in short steps so that Stop() is not held up by a long backoff.
@@ -135,7 +136,8 @@ class CommittedObjects::Forwarder final : public kube::ReflectorHandler {
   }
 
   void Count(const v1::CommittedObject& object, const char* result) {
-    events_.Add({{"kind", kind_.kind}, {"event", object.event()}, {"result", result}}).Increment();
+    events_.Add({{"kind", kind_.Label()}, {"event", object.event()}, {"result", result}})
+        .Increment();
   }
 
   const WatchedKind kind_;

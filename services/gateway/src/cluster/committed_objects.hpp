@@ -1,6 +1,7 @@
 #pragma once
 // The gateway's third door, the one wisp opens: it watches the apiserver for the objects wisp
-// keeps records of (PersistentVolumeClaims, CDI DataVolumes, wisp.dev VolumeImportSources) and
+// keeps records of (PersistentVolumeClaims, CDI DataVolumes, wisp.dev and CDI
+// VolumeImportSources) and
 // hands every stored state to wisp-policy on wisp.v1.policy.record, so that records follow what
 // the apiserver committed and never what a webhook merely allowed (a ResourceQuota or storage may
 // still refuse it after every webhook said yes).
@@ -19,7 +20,8 @@
 //     by its reflector's backoff, logged by it, while the other kinds go on.
 //   - Stop() returns within the reflectors' stop bound plus one send timeout.
 //   - Metrics: wisp_gateway_committed_objects_total{kind,event,result=sent|retried|dropped},
-//     wisp_gateway_watch_synced{kind} (1 once a kind's first list has been sent).
+//     wisp_gateway_watch_synced{kind} (1 once a kind's first list has been sent); `kind` is
+//     WatchedKind::Label() (CDI's VolumeImportSource: "VolumeImportSource.cdi.kubevirt.io").
 //
 // Example:
 //   WISP_ASSIGN_OR_RETURN(kube::Config config, kube::LoadInCluster());
@@ -49,9 +51,12 @@ namespace wisp::gateway::cluster {
 struct WatchedKind {
   kube::Resource resource;
   std::string kind;
+  std::string label;  // the metrics' kind label when `kind` alone is ambiguous; "" = kind
+
+  const std::string& Label() const { return label.empty() ? kind : label; }
 };
-// PersistentVolumeClaims, cdi.kubevirt.io/v1beta1 DataVolumes, wisp.dev/v1alpha1
-// VolumeImportSources (the kinds wisp-policy's KeepsRecords names).
+// PersistentVolumeClaims, cdi.kubevirt.io/v1beta1 DataVolumes, wisp.dev/v1alpha1 and
+// cdi.kubevirt.io/v1beta1 VolumeImportSources (the kinds wisp-policy's KeepsRecords names).
 const std::vector<WatchedKind>& RecordedKinds();
 
 // One reflector event as the message wisp-policy reads. `event`: ADDED, MODIFIED or DELETED.

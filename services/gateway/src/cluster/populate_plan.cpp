@@ -8,6 +8,7 @@ namespace wisp::gateway::cluster {
 namespace {
 
 constexpr std::string_view kWispGroup = "wisp.dev";
+constexpr std::string_view kCdiGroup = "cdi.kubevirt.io";
 
 const Json& Empty() {
   static const Json kEmpty = Json::object();
@@ -73,9 +74,12 @@ PvcPlan Plan(PvcStep step, std::string message = "") {
 }  // namespace
 
 bool IsPopulatedKind(const Json& ref) {
-  return ref.is_object() && k8s::GetString(ref, {"apiGroup"}) == kWispGroup &&
-         k8s::GetString(ref, {"kind"}) == "VolumeImportSource" &&
-         !k8s::GetString(ref, {"name"}).empty();
+  if (!ref.is_object() || k8s::GetString(ref, {"kind"}) != "VolumeImportSource" ||
+      k8s::GetString(ref, {"name"}).empty()) {
+    return false;
+  }
+  const std::string group = k8s::GetString(ref, {"apiGroup"});
+  return group == kWispGroup || group == kCdiGroup;
 }
 
 std::string PrimeName(std::string_view pvc_uid) {

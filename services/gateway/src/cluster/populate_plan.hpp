@@ -4,8 +4,9 @@
 // populate_controller.hpp reads the objects, asks these functions, and carries the answer out.
 //
 // The volume populator protocol (KEP 1495, as kubernetes-csi/lib-volume-populator and CDI's
-// populators run it), for a PVC whose spec.dataSourceRef names a kind wisp populates (wisp.dev
-// VolumeImportSource) and whose StorageClass is provisioned by wisp's CSI driver:
+// populators run it), for a PVC whose spec.dataSourceRef names a kind wisp populates (a wisp.dev
+// VolumeImportSource, or CDI's own cdi.kubevirt.io one) and whose StorageClass is provisioned by
+// wisp's CSI driver:
 //   1. a StorageClass with volumeBindingMode WaitForFirstConsumer: wait until the scheduler chose
 //      a node (annotation volume.kubernetes.io/selected-node on the PVC);
 //   2. create the prime PVC "wisp-prime-<uid of the PVC>" in the PVC's namespace: the same access
@@ -53,7 +54,8 @@ struct PlanOptions {
   std::string driver_name = "csi.wisp.dev";  // the StorageClass provisioner wisp serves
 };
 
-// True when `ref` (a dataSourceRef) names a kind wisp populates.
+// True when `ref` (a dataSourceRef) names a kind wisp populates: a VolumeImportSource of
+// wisp.dev or cdi.kubevirt.io.
 bool IsPopulatedKind(const Json& ref);
 // "wisp-prime-<uid>".
 std::string PrimeName(std::string_view pvc_uid);

@@ -79,6 +79,9 @@ inline const Resource kServiceAccounts{"", "v1", "serviceaccounts", true};
 inline const Resource kNamespaces{"", "v1", "namespaces", false};
 inline const Resource kDataVolumes{"cdi.kubevirt.io", "v1beta1", "datavolumes", true};
 inline const Resource kVolumeImportSources{"wisp.dev", "v1alpha1", "volumeimportsources", true};
+// CDI's own VolumeImportSource (wisp imports its http and blank sources).
+inline const Resource kCdiVolumeImportSources{"cdi.kubevirt.io", "v1beta1", "volumeimportsources",
+                                              true};
 inline const Resource kVirtualMachineInstances{"kubevirt.io", "v1", "virtualmachineinstances",
                                                true};
 

@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -267,6 +268,23 @@ TEST(CommittedObjectsTest, ToCommittedNamesTheKindsApiGroup) {
   EXPECT_EQ(vis.event(), "DELETED");
   EXPECT_EQ(vis.namespace_(), "vms");
   EXPECT_EQ(vis.name(), "v");
+  v1::CommittedObject cdi = ToCommitted(RecordedKinds()[3], "ADDED",
+                                        Json{{"metadata", {{"name", "v"}, {"namespace", "vms"}}}});
+  EXPECT_EQ(cdi.kind().group(), "cdi.kubevirt.io");
+  EXPECT_EQ(cdi.kind().version(), "v1beta1");
+  EXPECT_EQ(cdi.kind().kind(), "VolumeImportSource");
+  EXPECT_EQ(Json::parse(cdi.object_json())["apiVersion"], "cdi.kubevirt.io/v1beta1");
+}
+
+// Tests that every watched kind has a metrics label of its own: the two VolumeImportSources share
+// a kind name, and one synced gauge for both would say Synced while CDI's CRD is missing.
+TEST(CommittedObjectsTest, EveryKindHasItsOwnLabel) {
+  std::set<std::string> labels;
+  for (const WatchedKind& k : RecordedKinds()) {
+    EXPECT_TRUE(labels.insert(k.Label()).second) << k.Label();
+  }
+  EXPECT_EQ(RecordedKinds()[2].Label(), "VolumeImportSource");
+  EXPECT_EQ(RecordedKinds()[3].Label(), "VolumeImportSource.cdi.kubevirt.io");
 }
 
 }  // namespace

@@ -48,6 +48,35 @@ TEST(PlanPvc, LeavesAPvcWithoutAWispSourceAlone) {
   EXPECT_EQ(PlanPvc({&pvc, &sc}, {}).step, PvcStep::kNotOurs);
 }
 
+// Tests the kinds wisp populates: a VolumeImportSource of wisp.dev or of CDI (its manifests
+// unchanged), named; nothing else of either group or of another.
+TEST(IsPopulatedKind, WispAndCdiVolumeImportSources) {
+  auto ref = [](const std::string& group, const std::string& kind, const std::string& name) {
+    return Json{{"apiGroup", group}, {"kind", kind}, {"name", name}};
+  };
+  EXPECT_TRUE(IsPopulatedKind(ref("wisp.dev", "VolumeImportSource", "img")));
+  EXPECT_TRUE(IsPopulatedKind(ref("cdi.kubevirt.io", "VolumeImportSource", "img")));
+  EXPECT_FALSE(IsPopulatedKind(ref("cdi.kubevirt.io", "VolumeUploadSource", "img")));
+  EXPECT_FALSE(IsPopulatedKind(ref("cdi.kubevirt.io", "VolumeCloneSource", "img")));
+  EXPECT_FALSE(IsPopulatedKind(ref("example.com", "VolumeImportSource", "img")));
+  EXPECT_FALSE(IsPopulatedKind(ref("cdi.kubevirt.io", "VolumeImportSource", "")));
+  EXPECT_FALSE(IsPopulatedKind(Json("cdi.kubevirt.io")));
+}
+
+// Tests that a PVC naming CDI's VolumeImportSource gets the same prime as one naming wisp's.
+TEST(PlanPvc, CreatesAPrimeForACdiVolumeImportSource) {
+  Json pvc = Pvc();
+  pvc["spec"]["dataSourceRef"]["apiGroup"] = "cdi.kubevirt.io";
+  Json sc = Class();
+  PvcPlan plan = PlanPvc({&pvc, &sc}, {});
+  ASSERT_EQ(plan.step, PvcStep::kCreatePrime);
+  EXPECT_EQ(plan.object["metadata"]["name"], "wisp-prime-u-1");
+  EXPECT_EQ(plan.object["metadata"]["annotations"]["wisp.dev/prime-for"], "disk");
+  EXPECT_FALSE(plan.object["spec"].contains("dataSourceRef"));
+  Json other = Class("Immediate", "ebs.csi.aws.com");
+  EXPECT_EQ(PlanPvc({&pvc, &other}, {}).step, PvcStep::kNotOurs);
+}
+
 TEST(PlanPvc, LeavesAnotherProvisionersClassAlone) {
   Json pvc = Pvc();
   Json sc = Class("Immediate", "ebs.csi.aws.com");
