@@ -803,6 +803,112 @@ TEST(Story3Population, CrossNamespacePvcReferenceIsDroppedByTheApiserver) {
   EXPECT_FALSE(c.object["spec"]["dataSourceRef"].contains("namespace")) << c.object["spec"].dump(2);
 }
 
+// CDI's own manifests, unchanged: a cdi.kubevirt.io VolumeImportSource with an http source and a
+// sha256 checksum, and a PVC of the chart's class whose dataSourceRef names it, as CDI's
+// populator documentation writes them. wisp populates it as it does a wisp.dev source: the PVC
+// binds to a volume holding the source's bytes, and the prime is gone.
+std::string CdiManifest(const std::string& source, const std::string& claim, const std::string& url,
+                        const std::string& sha256) {
+  return "apiVersion: cdi.kubevirt.io/v1beta1\n"
+         "kind: VolumeImportSource\n"
+         "metadata: {name: " +
+         source +
+         ", namespace: vms}\n"
+         "spec:\n"
+         "spec:\n"
+         "  source:\n"
+         "    http:\n"
+         "      url: \"" +
+         url +
+         "\"\n"
+         "      checksum: \"sha256:" +
+         sha256 +
+         "\"\n"
+         "  contentType: kubevirt\n"
+         "---\n"
+         "apiVersion: v1\n"
+         "kind: PersistentVolumeClaim\n"
+         "metadata: {name: " +
+         claim +
+         ", namespace: vms}\n"
+         "spec:\n"
+         "  accessModes: [ReadWriteOnce]\n"
+         "  storageClassName: wisp-populated\n"
+         "  resources: {requests: {storage: 64Mi}}\n"
+         "  dataSourceRef:\n"
+         "    apiGroup: cdi.kubevirt.io\n"
+         "    kind: VolumeImportSource\n"
+         "    name: " +
+         source + "\n";
+}
+
+TEST(Story3Population, CdiVolumeImportSourceManifestWorksUnchanged) {
+  ASSERT_EQ(g_population_unavailable, "");
+  CommandResult sum = RunArgv({"sha256sum", g_images_dir + "/disk.qcow2.xz"});
+  ASSERT_EQ(sum.exit_code, 0) << sum.output;
+  const std::string sha256 = sum.output.substr(0, 64);
+  Created created =
+      Create(CdiManifest("cdi-golden", "cdi-disk", g_images->Url("/disk.qcow2.xz"), sha256));
+  ASSERT_EQ(created.exit_code, 0) << created.output;
+  auto pvc = [] { return GetJson({"-n", "vms", "pvc", "cdi-disk"}); };
+  ChooseNodeForClaim("cdi-disk");
+  const auto t0 = std::chrono::steady_clock::now();
+  Json bound = WaitUntil(
+      pvc, [](const Json& p) { return Phase(p) == "Bound"; }, 240s);
+  ASSERT_EQ(Phase(bound), "Bound") << bound.dump(2);
+  std::cout << "cdi-disk: Bound in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - t0)
+                   .count()
+            << " ms after the node was chosen" << std::endl;
+  // The user's PVC holds the PV the prime was provisioned with; the prime is gone.
+  Json pv = GetJson({"pv", bound["spec"].value("volumeName", "")});
+  ASSERT_TRUE(pv.is_object());
+  EXPECT_EQ(pv["spec"]["claimRef"].value("uid", ""), bound["metadata"].value("uid", ""));
+  const std::string prime = "wisp-prime-" + bound["metadata"].value("uid", "");
+  Json gone = WaitUntil(
+      [&] {
+        return GetJson({"-n", "vms", "pvc", prime});
+      },
+      [](const Json& p) { return p.is_null(); }, 30s);
+  EXPECT_TRUE(gone.is_null()) << "the prime PVC is still there: " << gone.dump(2);
+  // The bytes: what `qemu-img convert -O raw` makes of the source.
+  const std::string image =
+      g_stack->volume_root() + "/" + pv["spec"]["csi"].value("volumeHandle", "") + "/disk.img";
+  CommandResult cmp = RunArgv({"cmp", g_images_dir + "/expected.raw", image});
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+
+  // The checksum is CDI's field, verified: the same source with another sha256 fails its import
+  // naming the mismatch (external-provisioner's events on the prime), and the PVC binds nothing.
+  ASSERT_EQ(Create(CdiManifest("cdi-bad-sum", "cdi-bad-disk", g_images->Url("/disk.qcow2.xz"),
+                               std::string(64, '0')))
+                .exit_code,
+            0);
+  ChooseNodeForClaim("cdi-bad-disk");
+  Json bad = GetJson({"-n", "vms", "pvc", "cdi-bad-disk"});
+  const std::string bad_prime = "wisp-prime-" + bad["metadata"].value("uid", "");
+  auto failures = [&] {
+    Json events = GetJson({"-n", "vms", "events", "--field-selector",
+                           "involvedObject.name=" + bad_prime + ",reason=ProvisioningFailed"});
+    std::string messages;
+    for (const auto& e : events.value("items", Json::array())) {
+      messages += e.value("message", "") + "\n";
+    }
+    return Json(messages);
+  };
+  Json failed = WaitUntil(
+      failures,
+      [](const Json& m) {
+        return m.get<std::string>().find("sha256 mismatch") != std::string::npos;
+      },
+      120s);
+  EXPECT_NE(failed.get<std::string>().find("sha256 mismatch"), std::string::npos) << failed;
+  EXPECT_EQ(Phase(GetJson({"-n", "vms", "pvc", "cdi-bad-disk"})), "Pending");
+  // Gone with its claim (the prime is owned by it): external-provisioner stops retrying.
+  EXPECT_TRUE(
+      g_kube->MustKubectl({"-n", "vms", "delete", "pvc", "cdi-bad-disk", "--wait=false"}).ok());
+}
+
 // ---- story 4: any pod gets a token for any audience ------------------------------------------
 
 TEST(Story4, PodWithInlineWispVolumeIsAdmitted) {
