@@ -248,6 +248,25 @@ TEST_F(AdmissionTest, DataVolumesAndImportSources) {
   EXPECT_EQ(late["auditAnnotations"]["population-record"], "vms.PersistentVolumeClaim.vm-disk");
 }
 
+// Tests CDI's own VolumeImportSource on the local stack: `wispctl admit` commits it as the
+// gateway's watch would (no webhook sends it on a cluster), and a PVC whose dataSourceRef names it
+// is then admitted through the gateway with its source found (no "does not exist yet" warning).
+TEST_F(AdmissionTest, CdiVolumeImportSourceIsRecordedAndNamed) {
+  const Json vis = Json::parse(R"({"apiVersion":"cdi.kubevirt.io/v1beta1",
+    "kind":"VolumeImportSource","metadata":{"name":"cdi-golden","namespace":"vms"},
+    "spec":{"source":{"http":{"url":"https://images.example/cirros.img"}}}})");
+  Commit(vis);
+  Json pvc = LoadManifest("pvc-import.yaml");
+  pvc["metadata"]["name"] = "cdi-disk";
+  pvc["spec"]["dataSourceRef"] = {
+      {"apiGroup", "cdi.kubevirt.io"}, {"kind", "VolumeImportSource"}, {"name", "cdi-golden"}};
+  EXPECT_EQ(Validate(pvc), "ok");
+  Json resp = Admit("validate", pvc, "it-cdi-1");
+  EXPECT_EQ(resp["allowed"], true) << resp.dump();
+  EXPECT_FALSE(resp.contains("warnings")) << resp.dump();
+  EXPECT_EQ(resp["auditAnnotations"]["population-record"], "vms.PersistentVolumeClaim.cdi-disk");
+}
+
 // Tests VEP 165 without a wisp token: the containerPath VMI is accepted, one into libvirt's
 // directory is refused, and its launcher pod (with the token volume another webhook injected) is
 // left to KubeVirt's own launcher-pod mutator; asking wisp for a token at that same path is
