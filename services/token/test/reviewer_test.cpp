@@ -51,8 +51,10 @@ TEST_F(ReviewerTest, RefusesExpiredAndWrongAudience) {
 // as an unknown kid.
 TEST_F(ReviewerTest, RefusesTokensOfDroppedKey) {
   const auto key = *env_.keys->Current()->Active(jwt::Algorithm::kRS256);
-  env_.clock.Advance(std::chrono::hours(24));
-  ASSERT_TRUE(*env_.keys->Tick());
+  env_.clock.Advance(std::chrono::hours(12));
+  ASSERT_TRUE(*env_.keys->Tick());  // the next key is published
+  env_.clock.Advance(std::chrono::hours(12));
+  ASSERT_TRUE(*env_.keys->Tick());  // and signs; `key` is retired
   env_.clock.Advance(std::chrono::seconds(7200 + 301));
   ASSERT_TRUE(*env_.keys->Tick());
   ASSERT_EQ(env_.keys->Current()->public_keys.Find(key.kid()), nullptr);
@@ -68,19 +70,23 @@ TEST_F(ReviewerTest, RefusesTokensOfDroppedKey) {
 
 // Tests that a token issued before rotation still verifies while its key is retired.
 TEST_F(ReviewerTest, TokenSignedBeforeRotationStillVerifies) {
-  const std::string token = Issue(3600);
-  env_.clock.Advance(std::chrono::hours(24) - std::chrono::minutes(30));
+  env_.clock.Advance(std::chrono::hours(12));
+  ASSERT_TRUE(*env_.keys->Tick());  // the next key is published
+  env_.clock.Advance(std::chrono::hours(12) - std::chrono::minutes(30));
   const std::string late = Issue(3600);
   env_.clock.Advance(std::chrono::minutes(30));
-  ASSERT_TRUE(*env_.keys->Tick());
+  ASSERT_TRUE(*env_.keys->Tick());  // and signs
+  ASSERT_EQ(env_.keys->Current()->Info(jwt::Decode(late)->kid)->state, KeyState::kRetired);
   EXPECT_TRUE(Review(late).authenticated()) << Review(late).error();
 }
 
 // Tests that a token claiming a retired key signed it after retirement is refused.
 TEST_F(ReviewerTest, RefusesTokenSignedByRetiredKeyAfterRetirement) {
   const auto key = *env_.keys->Current()->Active(jwt::Algorithm::kRS256);
-  env_.clock.Advance(std::chrono::hours(24));
-  ASSERT_TRUE(*env_.keys->Tick());
+  env_.clock.Advance(std::chrono::hours(12));
+  ASSERT_TRUE(*env_.keys->Tick());  // the next key is published
+  env_.clock.Advance(std::chrono::hours(12));
+  ASSERT_TRUE(*env_.keys->Tick());  // and signs; `key` is retired
   env_.clock.Advance(std::chrono::minutes(5));
   const int64_t now = env_.clock.NowUnixSeconds();
   nlohmann::json c = {{"iss", testing::kIssuer},
