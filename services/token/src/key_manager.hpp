@@ -116,6 +116,7 @@ class KeyManager {
   absl::StatusOr<std::string> Revoke(std::string_view kid);
   // The publish-ahead time in force (Options::publish_ahead resolved).
   std::chrono::seconds PublishAhead() const { return publish_ahead_; }
+  std::chrono::seconds RotationPeriod() const { return options_.rotation_period; }
   // Raises how long keys retired from now on stay published (a reloaded policy that allows longer
   // tokens). Never lowers it: tokens signed under the longer lifetime may still be live, so a
   // shorter policy keeps the longest lifetime this process has signed under.
