@@ -189,9 +189,8 @@ absl::StatusOr<bool> KeyManager::Change(const Op& op, std::string* said) {
       return Annotate(rev.status(), "writing key set");
     }
     WISP_RETURN_IF_ERROR(Load(bus::KvEntry{std::string(kKeySetKey), plan.json, *rev, false}));
-    if (exists && metrics_ && plan.rotations > 0) {
-      metrics_->key_rotations_total.Increment(plan.rotations);
-    }
+    // One rotation per write that put next keys to work (every algorithm switches in one write).
+    if (exists && metrics_ && plan.rotations > 0) metrics_->key_rotations_total.Increment();
     SPDLOG_LOGGER_INFO(Logger(), "key set written at revision {}", *rev);
     return true;
   }
