@@ -610,6 +610,26 @@ TEST_F(BusPermissionsTest, TokenAccountServesAcrossAccounts) {
   EXPECT_EQ(reply->data, "a-token");
 }
 
+// Tests that key administration (wisp.v1.token.key_admin: rotate, taint, revoke) crosses to
+// wisp-token for wispctl only: the gateway, the policy and the populator get no answer.
+TEST_F(BusPermissionsTest, OnlyWispctlAdministersKeys) {
+  auto token = Connect("wisp-token");
+  auto ctl = Connect("wispctl");
+  ASSERT_TRUE(token && ctl);
+  auto admin = token->Serve(subjects::kTokenKeyAdmin, bus::queues::kToken,
+                            [](const bus::Request&) { return bus::Reply::Ok("rotated"); });
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  ASSERT_TRUE(token->Request("$JS.API.INFO", "", 2s).ok());
+  auto reply = ctl->Request(subjects::kTokenKeyAdmin, "rotate", 2s);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->data, "rotated");
+  for (const char* user : {"wisp-gateway", "wisp-policy", "wisp-populator"}) {
+    auto other = Connect(user);
+    ASSERT_TRUE(other);
+    EXPECT_FALSE(other->Request(subjects::kTokenKeyAdmin, "rotate", 500ms).ok()) << user;
+  }
+}
+
 // Tests that only wisp-token can announce key changes, and that the gateway receives them.
 TEST_F(BusPermissionsTest, OnlyTokenAnnouncesKeys) {
   auto gw = Connect("wisp-gateway");

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "admit.hpp"
+#include "keys.hpp"
 #include "status.hpp"
 #include "token.hpp"
 #include "volume.hpp"
@@ -20,6 +21,7 @@ COMMANDS
     status     every service instance that answers on the bus, versions and request stats
     admit      run a manifest through the admission policy and print the verdict and patch
     token      issue, verify or exchange a token (issue | verify | exchange)
+    keys       list, rotate, taint or revoke wisp-token's signing keys
     volume     create, get, list, watch or upload a populated volume
     version    print the version
 
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
   }
   if (command == "admit") return wisp::wispctl::RunAdmit(args);
   if (command == "token") return wisp::wispctl::RunToken(args);
+  if (command == "keys") return wisp::wispctl::RunKeys(args);
   if (command == "volume") return wisp::wispctl::RunVolume(args);
   std::cerr << "wispctl: unknown command \"" << command << "\" (see wispctl --help)\n";
   return 2;

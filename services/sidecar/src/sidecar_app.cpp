@@ -23,8 +23,21 @@ void AddSidecarFlags(config::Flags& flags, SidecarSettings& s) {
   flags.String("ca-pem", &s.ca_pem,
                "The PEM CA bundle itself (public; wisp-policy passes $(WISP_STS_CA_PEM)), instead "
                "of --ca-file.");
-  flags.String("audience", &s.audience, "The audience to ask the STS for.");
-  flags.String("scope", &s.scope, "Space-separated scopes to ask the STS for.");
+  flags.String("audience", &s.audience,
+               "The audience to ask the STS for, unless --sts-audience is set. wisp-policy "
+               "passes the token volume's audience here: the projected token's own.");
+  flags.String("scope", &s.scope,
+               "Space-separated scopes to ask the STS for, unless --sts-scope is set.");
+  flags.String(
+      "sts-audience", &s.sts_audience,
+      "The audience to ask the STS for when it is not the projected token's (overrides "
+      "--audience). The GKE shape, as gcs-fuse asks Google's STS: the projected token's audience "
+      "is <project>.svc.id.goog and the STS audience the workload identity provider, "
+      "//iam.googleapis.com/projects/<number>/locations/global/workloadIdentityPools/<pool>/"
+      "providers/<provider>.");
+  flags.String("sts-scope", &s.sts_scope,
+               "Space-separated scopes to ask the STS for (overrides --scope), e.g. "
+               "https://www.googleapis.com/auth/cloud-platform.");
   flags.String("metrics-address", &s.metrics_address,
                "host:port for /metrics, /healthz and /readyz (e.g. 0.0.0.0:9095); empty = none.");
   flags.String("ready-file", &s.ready_file,
@@ -41,8 +54,8 @@ StsOptions StsOptionsFrom(const SidecarSettings& s) {
   return {.url = s.sts_url,
           .ca_file = s.ca_file,
           .ca_pem = s.ca_pem,
-          .audience = s.audience,
-          .scope = s.scope};
+          .audience = s.sts_audience.empty() ? s.audience : s.sts_audience,
+          .scope = s.sts_scope.empty() ? s.scope : s.sts_scope};
 }
 
 std::string ReadyFilePath(const SidecarSettings& s) {

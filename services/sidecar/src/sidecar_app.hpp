@@ -3,7 +3,10 @@
 // pod's access token on the unix socket (and /metrics when asked) until Stop().
 //
 // Contract:
-//   - AddSidecarFlags() declares every flag; StsOptionsFrom() is what HttpStsClient::Create needs.
+//   - AddSidecarFlags() declares every flag; StsOptionsFrom() is what HttpStsClient::Create needs:
+//     the STS audience and scope are --sts-audience / --sts-scope when set, else --audience /
+//     --scope (so a sidecar whose --audience wisp-policy set to the projected token's audience can
+//     still ask an STS for another, as gcs-fuse asks Google's for the workload identity provider).
 //   - SidecarApp::Start() takes the STS client (an interface: unit tests pass a fake), starts the
 //     metrics endpoint when metrics_address is set (/readyz: "socket not listening yet" until the
 //     socket serves) and the token-url server, which answers every method on every path.
@@ -46,9 +49,11 @@ struct SidecarSettings {
   std::string token_file = "/var/run/secrets/wisp/token";
   std::string sts_url;
   std::string ca_file;
-  std::string ca_pem;  // the bundle's text instead of ca_file (public, not a secret)
-  std::string audience;
-  std::string scope;
+  std::string ca_pem;        // the bundle's text instead of ca_file (public, not a secret)
+  std::string audience;      // the STS audience unless sts_audience is set
+  std::string scope;         // the STS scope unless sts_scope is set
+  std::string sts_audience;  // the STS's, when it is not the projected token's (GKE shape)
+  std::string sts_scope;
   std::string metrics_address;
   std::string log_level = "info";
   std::string log_format = "text";

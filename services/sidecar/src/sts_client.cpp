@@ -24,7 +24,8 @@ absl::Status ValidateOptions(const StsOptions& options) {
       options.ca_pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
     return absl::InvalidArgumentError("ca-pem: not a PEM certificate bundle");
   }
-  if (options.audience.empty()) return absl::InvalidArgumentError("audience: required");
+  if (options.audience.empty())
+    return absl::InvalidArgumentError("audience (or sts-audience): required");
   if (options.timeout.count() <= 0) return absl::InvalidArgumentError("timeout: must be positive");
   return absl::OkStatus();
 }

@@ -67,6 +67,38 @@ TEST(SidecarAppTest, FlagsAndStsOptions) {
   EXPECT_EQ(o.scope, "x y");
 }
 
+// Tests that --sts-audience and --sts-scope (or their environment variables) ask the STS for an
+// audience and scope other than the projected token's, overriding --audience and --scope.
+TEST(SidecarAppTest, StsAudienceAndScopeOverrideAudienceAndScope) {
+  constexpr const char* kProvider =
+      "//iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/p/providers/q";
+  SidecarSettings s;
+  ASSERT_TRUE(Parse({"--sts-url", "https://gw:8443/v1/token", "--audience", "proj.svc.id.goog",
+                     "--sts-audience", kProvider, "--sts-scope",
+                     "https://www.googleapis.com/auth/cloud-platform"},
+                    s)
+                  .ok());
+  StsOptions o = StsOptionsFrom(s);
+  EXPECT_EQ(o.audience, kProvider);
+  EXPECT_EQ(o.scope, "https://www.googleapis.com/auth/cloud-platform");
+
+  SidecarSettings from_env;
+  ::setenv("WISP_STS_AUDIENCE", kProvider, 1);
+  ::setenv("WISP_STS_SCOPE", "a b", 1);
+  const absl::Status parsed = Parse({"--audience", "proj.svc.id.goog", "--scope", "x"}, from_env);
+  ::unsetenv("WISP_STS_AUDIENCE");
+  ::unsetenv("WISP_STS_SCOPE");
+  ASSERT_TRUE(parsed.ok()) << parsed;
+  EXPECT_EQ(StsOptionsFrom(from_env).audience, kProvider);
+  EXPECT_EQ(StsOptionsFrom(from_env).scope, "a b");
+
+  SidecarSettings neither;
+  ASSERT_TRUE(Parse({"--sts-url", "https://gw:8443/v1/token"}, neither).ok());
+  auto sts = HttpStsClient::Create(StsOptionsFrom(neither));
+  ASSERT_FALSE(sts.ok());
+  EXPECT_EQ(sts.status().message(), "audience (or sts-audience): required");
+}
+
 // Tests that a started app answers on its socket with the token the STS exchanged for the
 // projected token, and stops listening on Stop().
 TEST(SidecarAppTest, ServesTheExchangedToken) {

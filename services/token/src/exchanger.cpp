@@ -34,6 +34,14 @@ bool IsAbsoluteUriWithoutFragment(std::string_view s) {
   return true;
 }
 
+// `s` without the ASCII whitespace (space, \t, \n, \v, \f, \r) at its ends.
+std::string_view TrimAsciiWhitespace(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\v\f\r";
+  const size_t first = s.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(kSpace) - first + 1);
+}
+
 }  // namespace
 
 Exchanger::Exchanger(const Reviewer& reviewer, const Issuer& issuer, const Policy& policy,
@@ -81,7 +89,11 @@ v1::ExchangeResponse Exchanger::Exchange(const v1::ExchangeRequest& req) const {
   if (req.grant_type() != kGrantTokenExchange) {
     return fail("unsupported_grant_type", "grant_type must be " + std::string(kGrantTokenExchange));
   }
-  if (req.subject_token().empty()) return fail("invalid_request", "subject_token is required");
+  // A token file written by `echo` ends in a newline, and clients that read a credential file
+  // (google-auth-library's file credential source) send its content as it is: the whitespace at
+  // the ends is not part of the token. Whitespace inside still fails (no JWS segment holds any).
+  const std::string_view subject_token = TrimAsciiWhitespace(req.subject_token());
+  if (subject_token.empty()) return fail("invalid_request", "subject_token is required");
   if (req.subject_token_type() != kTokenTypeJwt && req.subject_token_type() != kTokenTypeIdToken) {
     return fail("invalid_request", "subject_token_type must be " + std::string(kTokenTypeJwt));
   }
@@ -106,7 +118,7 @@ v1::ExchangeResponse Exchanger::Exchange(const v1::ExchangeRequest& req) const {
   if (targets.empty()) return fail("invalid_request", "audience or resource is required");
 
   const std::shared_ptr<const Policy> policy = policy_.Current();
-  auto claims = VerifySubject(req.subject_token(), *policy);
+  auto claims = VerifySubject(subject_token, *policy);
   if (!claims.ok()) {
     if (claims.status().code() == absl::StatusCode::kUnavailable) {
       // Not the client's fault: the issuer's keys are out of reach; retrying later may work.

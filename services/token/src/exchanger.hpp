@@ -3,7 +3,9 @@
 //
 // Contract:
 //   - grant_type must be urn:ietf:params:oauth:grant-type:token-exchange (else
-//     unsupported_grant_type); subject_token required and subject_token_type ...:jwt or
+//     unsupported_grant_type); subject_token required (ASCII whitespace at its ends, as a file
+//     written by `echo` has, is dropped; whitespace inside is invalid_grant) and subject_token_type
+//     ...:jwt or
 //     ...:id_token (else invalid_request); requested_token_type empty or ...:access_token (else
 //     invalid_request); audience required (invalid_request).
 //   - The subject token must verify against a trusted issuer: wisp's own keys (audience one of

@@ -14,6 +14,11 @@ absl::StatusOr<jwt::Verified> Reviewer::Verify(std::string_view token,
   opts.now_unix = clock_.NowUnixSeconds();
   opts.leeway = options_.leeway;
   WISP_ASSIGN_OR_RETURN(jwt::Verified v, jwt::Verify(token, snap->public_keys, opts));
+  if (const KeyInfo* info = snap->Info(v.kid); info != nullptr && info->state == KeyState::kNext) {
+    // Published ahead of use: wisp-token has signed nothing with it yet.
+    return absl::UnauthenticatedError("token claims to be signed by key " + v.kid +
+                                      ", which is published but has not signed yet");
+  }
   if (const KeyInfo* info = snap->Info(v.kid); info != nullptr && info->retired_unix != 0) {
     const int64_t iat = v.claims.value("iat", int64_t{0});
     if (iat > info->retired_unix + options_.leeway.count()) {

@@ -6,7 +6,8 @@
 //     (when the request names audiences), exp and nbf with the configured leeway.
 //   - Refuses alg none, any alg but RS256/ES256, alg/key-type mismatches (HS256 keyed with a public
 //     key included), unknown kids (including keys dropped after retirement), and tokens that claim
-//     to be issued by a retired key after it was retired.
+//     to be issued by a retired key after it was retired, or by a next key (published, not signing
+//     yet).
 //   - Review() never fails as a call: the verdict is in ReviewResponse (authenticated + error);
 //     wisp_token_reviews_total{result="authenticated"|"unauthenticated"} counts them.
 //

@@ -10,9 +10,23 @@ void AddTokenFlags(config::Flags& flags, TokenSettings& s) {
                "signing keys in the wisp_keys bucket. Required.");
   flags.Enum("algorithm", &s.algorithm, {"RS256", "ES256"}, "Default signing algorithm.");
   flags.Duration(
-      "key-rotation-period", &s.rotation, "How often a new signing key is made.", [](auto d) {
+      "key-rotation-period", &s.rotation,
+      "How long each signing key signs. The next key is published in the JWKS "
+      "--key-publish-ahead before it takes over; the key it replaces stays in the JWKS until "
+      "every token it signed has expired (the policy's longest token lifetime + 5 min).",
+      [](auto d) {
         return d >= std::chrono::seconds(10) ? absl::OkStatus()
                                              : absl::InvalidArgumentError("must be at least 10s");
+      });
+  flags.Duration(
+      "key-publish-ahead", &s.publish_ahead,
+      "How long the next signing key is in the JWKS before it signs, so relying parties that "
+      "cache the JWKS (the gateway serves it with max-age 300 s) know it before they see a token "
+      "it signed. 0 = half the rotation period: SPIRE's schedule, the next key published at half "
+      "the active key's life. Must be less than --key-rotation-period.",
+      [](auto d) {
+        return d.count() >= 0 ? absl::OkStatus()
+                              : absl::InvalidArgumentError("must not be negative");
       });
   flags.String("issuer-url", &s.issuer_url,
                "The iss of every token; discovery is served under it.");
@@ -30,6 +44,12 @@ void AddTokenFlags(config::Flags& flags, TokenSettings& s) {
 
 absl::StatusOr<jwt::Kek> CheckTokenSettings(const TokenSettings& s) {
   if (s.kek_file.empty()) return absl::InvalidArgumentError("key-encryption-key-file: required");
+  if (s.publish_ahead >= s.rotation) {
+    return absl::InvalidArgumentError(
+        "key-publish-ahead: " + config::FormatDuration(s.publish_ahead) +
+        " must be less than key-rotation-period (" + config::FormatDuration(s.rotation) +
+        "): the next key is published while the active one still signs");
+  }
   auto kek = jwt::Kek::FromFile(s.kek_file);
   if (!kek.ok()) return absl::InvalidArgumentError(kek.status().message());
   if (!s.policy_file.empty()) {
@@ -65,6 +85,7 @@ absl::StatusOr<std::unique_ptr<TokenApp>> TokenApp::Start(const TokenSettings& s
   app->keys_ = std::make_unique<KeyManager>(
       *app->keys_bucket_, kek, clock,
       KeyManager::Options{.rotation_period = duration_cast<seconds>(s.rotation),
+                          .publish_ahead = duration_cast<seconds>(s.publish_ahead),
                           .longest_token = seconds(policy->LongestTokenSeconds()),
                           .default_algorithm = alg},
       app->metrics_.get());

@@ -6,8 +6,9 @@
 // Contract:
 //   - AddTokenFlags() declares wisp-token's own flags (runtime::AddCommonFlags the shared ones).
 //   - CheckTokenSettings() runs before the process starts: a missing or unreadable
-//     key-encryption-key-file or a policy file that does not load is an InvalidArgument naming
-//     the setting (main exits 2), as before any connection is made.
+//     key-encryption-key-file, a key-publish-ahead not below key-rotation-period, or a policy file
+//     that does not load is an InvalidArgument naming the setting (main exits 2), as before any
+//     connection is made.
 //   - TokenApp::Start() opens wisp_keys (waiting for the bus as runtime does), loads the keys and
 //     serves; /readyz reports "signing keys not loaded yet" until then. Reload() re-reads the
 //     policy file (SIGHUP); Stop() stops the rotation loop, the policy watcher and the watch on
@@ -46,6 +47,7 @@ struct TokenSettings {
   std::string jwks_uri;
   std::string policy_file;
   std::chrono::milliseconds rotation = std::chrono::hours(24);
+  std::chrono::milliseconds publish_ahead{0};  // 0 = rotation / 2
   std::chrono::milliseconds leeway = std::chrono::seconds(60);
 };
 

@@ -1,5 +1,7 @@
 #include "token_service.hpp"
 
+#include <algorithm>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -72,6 +74,8 @@ absl::Status TokenService::Start() {
   WISP_RETURN_IF_ERROR(add("review", bus::subjects::kTokenReview, &TokenService::HandleReview));
   WISP_RETURN_IF_ERROR(add("keys", bus::subjects::kTokenKeys, &TokenService::HandleKeys));
   WISP_RETURN_IF_ERROR(add("upload", bus::subjects::kTokenUpload, &TokenService::HandleUpload));
+  WISP_RETURN_IF_ERROR(
+      add("key_admin", bus::subjects::kTokenKeyAdmin, &TokenService::HandleKeyAdmin));
   PublishKeys(*keys_.Current());
   rotation_ = std::thread([this] { RotationLoop(); });
   return absl::OkStatus();
@@ -151,6 +155,71 @@ bus::Reply TokenService::HandleKeys(const bus::Request& request) const {
   auto req = bus::ParseBody<v1::KeysRequest>(request);
   if (!req.ok()) return bus::Reply::Error(req.status());
   return bus::ProtoReply(BuildKeysResponse(options_.issuer, options_.jwks_uri, *keys_.Current()));
+}
+
+v1::KeyAdminResponse BuildKeyAdminResponse(const KeySnapshot& keys, const KeyManager& manager) {
+  v1::KeyAdminResponse resp;
+  std::vector<const KeyInfo*> order;
+  for (const auto& [kid, info] : keys.info) order.push_back(&info);
+  // active, next, retired; newest first within each.
+  const auto rank = [](KeyState s) {
+    return s == KeyState::kActive ? 0 : s == KeyState::kNext ? 1 : 2;
+  };
+  std::sort(order.begin(), order.end(), [&](const KeyInfo* a, const KeyInfo* b) {
+    if (rank(a->state) != rank(b->state)) return rank(a->state) < rank(b->state);
+    if (a->created_unix != b->created_unix) return a->created_unix > b->created_unix;
+    return a->kid < b->kid;
+  });
+  for (const KeyInfo* info : order) {
+    v1::KeyStatus* k = resp.add_keys();
+    k->set_kid(info->kid);
+    k->set_algorithm(std::string(jwt::AlgorithmName(info->alg)));
+    k->set_state(std::string(KeyStateName(info->state)));
+    k->set_tainted(info->tainted);
+    k->set_created_unix(info->created_unix);
+    k->set_activated_unix(info->activated_unix);
+    k->set_retired_unix(info->retired_unix);
+    k->set_published_until_unix(info->state == KeyState::kRetired ? info->drop_after_unix : 0);
+  }
+  resp.set_rotation_period_seconds(manager.RotationPeriod().count());
+  resp.set_publish_ahead_seconds(manager.PublishAhead().count());
+  return resp;
+}
+
+bus::Reply TokenService::HandleKeyAdmin(const bus::Request& request) const {
+  auto req = bus::ParseBody<v1::KeyAdminRequest>(request);
+  if (!req.ok()) return bus::Reply::Error(req.status());
+  absl::StatusOr<std::string> said = std::string();
+  switch (req->action()) {
+    case v1::KeyAdminRequest::LIST:
+      break;
+    case v1::KeyAdminRequest::ROTATE: {
+      std::optional<jwt::Algorithm> alg;
+      if (!req->algorithm().empty()) {
+        auto parsed = jwt::ParseAlgorithm(req->algorithm());
+        if (!parsed.ok()) {
+          return bus::Reply::Error(absl::InvalidArgumentError("algorithm: \"" + req->algorithm() +
+                                                              "\" is not RS256 or ES256"));
+        }
+        alg = *parsed;
+      }
+      said = keys_.Rotate(alg);
+      break;
+    }
+    case v1::KeyAdminRequest::TAINT:
+      said = keys_.Taint(req->kid());
+      break;
+    case v1::KeyAdminRequest::REVOKE:
+      said = keys_.Revoke(req->kid());
+      break;
+    default:
+      return bus::Reply::Error(
+          absl::InvalidArgumentError("action: one of LIST, ROTATE, TAINT, REVOKE is required"));
+  }
+  if (!said.ok()) return bus::Reply::Error(said.status());
+  v1::KeyAdminResponse resp = BuildKeyAdminResponse(*keys_.Current(), keys_);
+  resp.set_message(*said);
+  return bus::ProtoReply(resp);
 }
 
 }  // namespace wisp::token

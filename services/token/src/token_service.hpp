@@ -2,7 +2,8 @@
 // TokenService: wisp-token's bus endpoints over Issuer, Reviewer, Exchanger and KeyManager.
 //
 // Contract:
-//   - Registers endpoints issue, issue_batch, exchange, keys, review, upload (wisp.v1.token.*,
+//   - Registers endpoints issue, issue_batch, exchange, keys, review, upload, key_admin
+//     (wisp.v1.token.*,
 //     queue group wisp-token) on a bus::Service (NATS micro discovery, per-endpoint metrics).
 //     Parallel signing comes from the bus: NatsBusOptions::serve_threads worker threads per
 //     endpoint, so one instance signs on several cores.
@@ -38,6 +39,8 @@ std::string OpenIdConfiguration(const std::string& issuer, const std::string& jw
                                 const KeySnapshot& keys);
 v1::KeysResponse BuildKeysResponse(const std::string& issuer, const std::string& jwks_uri,
                                    const KeySnapshot& keys);
+// The key set as wispctl keys shows it: active, next, then retired keys, newest first in each.
+v1::KeyAdminResponse BuildKeyAdminResponse(const KeySnapshot& keys, const KeyManager& manager);
 
 class TokenService {
  public:
@@ -62,6 +65,8 @@ class TokenService {
   bus::Reply HandleKeys(const bus::Request& request) const;
   // wisp.v1.token.upload: an upload token for one volume (upload_issuer.hpp).
   bus::Reply HandleUpload(const bus::Request& request) const;
+  // wisp.v1.token.key_admin: list, rotate, taint, revoke (KeyManager's operator changes).
+  bus::Reply HandleKeyAdmin(const bus::Request& request) const;
 
  private:
   void PublishKeys(const KeySnapshot& snap);

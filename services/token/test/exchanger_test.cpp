@@ -124,6 +124,29 @@ TEST_F(ExchangerTest, RefusesWithRfc6749Errors) {
   }
 }
 
+// Tests that whitespace at the ends of the subject token (a file written by `echo`, sent as it is
+// by google-auth-library's file credential source) is dropped, and whitespace inside is refused.
+TEST_F(ExchangerTest, TrimsWhitespaceAtTheEndsOfTheSubjectToken) {
+  const std::string token = Subject();
+  for (const std::string& padded : {token + "\n", token + "\r\n", " \t" + token + " \n\n"}) {
+    auto resp = env_.exchanger->Exchange(Request(padded));
+    EXPECT_TRUE(resp.error().empty()) << resp.error() << ": " << resp.error_description();
+    EXPECT_FALSE(resp.access_token().empty());
+  }
+  const size_t dot = token.rfind('.');
+  for (const char* inside : {"\n", " ", "\t"}) {
+    SCOPED_TRACE(inside);
+    const std::string broken = token.substr(0, dot + 5) + inside + token.substr(dot + 5);
+    auto resp = env_.exchanger->Exchange(Request(broken));
+    EXPECT_EQ(resp.error(), "invalid_grant");
+    EXPECT_NE(resp.error_description().find("subject_token: "), std::string::npos)
+        << resp.error_description();
+  }
+  auto blank = env_.exchanger->Exchange(Request(" \n"));
+  EXPECT_EQ(blank.error(), "invalid_request");
+  EXPECT_EQ(blank.error_description(), "subject_token is required");
+}
+
 // Tests that the subject token must carry the STS audience and come from an allowed subject.
 TEST_F(ExchangerTest, RefusesWrongSubjectAudienceOrAccount) {
   auto wrong_aud = env_.exchanger->Exchange(Request(Subject("loader", {"vault"})));

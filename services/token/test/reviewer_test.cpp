@@ -4,6 +4,7 @@
 
 #include "wisp/token/testing/test_env.hpp"
 #include "wisp/jwt/base64url.hpp"
+#include "wisp/jwt/seal.hpp"
 
 namespace wisp::token {
 namespace {
@@ -51,8 +52,10 @@ TEST_F(ReviewerTest, RefusesExpiredAndWrongAudience) {
 // as an unknown kid.
 TEST_F(ReviewerTest, RefusesTokensOfDroppedKey) {
   const auto key = *env_.keys->Current()->Active(jwt::Algorithm::kRS256);
-  env_.clock.Advance(std::chrono::hours(24));
-  ASSERT_TRUE(*env_.keys->Tick());
+  env_.clock.Advance(std::chrono::hours(12));
+  ASSERT_TRUE(*env_.keys->Tick());  // the next key is published
+  env_.clock.Advance(std::chrono::hours(12));
+  ASSERT_TRUE(*env_.keys->Tick());  // and signs; `key` is retired
   env_.clock.Advance(std::chrono::seconds(7200 + 301));
   ASSERT_TRUE(*env_.keys->Tick());
   ASSERT_EQ(env_.keys->Current()->public_keys.Find(key.kid()), nullptr);
@@ -68,19 +71,23 @@ TEST_F(ReviewerTest, RefusesTokensOfDroppedKey) {
 
 // Tests that a token issued before rotation still verifies while its key is retired.
 TEST_F(ReviewerTest, TokenSignedBeforeRotationStillVerifies) {
-  const std::string token = Issue(3600);
-  env_.clock.Advance(std::chrono::hours(24) - std::chrono::minutes(30));
+  env_.clock.Advance(std::chrono::hours(12));
+  ASSERT_TRUE(*env_.keys->Tick());  // the next key is published
+  env_.clock.Advance(std::chrono::hours(12) - std::chrono::minutes(30));
   const std::string late = Issue(3600);
   env_.clock.Advance(std::chrono::minutes(30));
-  ASSERT_TRUE(*env_.keys->Tick());
+  ASSERT_TRUE(*env_.keys->Tick());  // and signs
+  ASSERT_EQ(env_.keys->Current()->Info(jwt::Decode(late)->kid)->state, KeyState::kRetired);
   EXPECT_TRUE(Review(late).authenticated()) << Review(late).error();
 }
 
 // Tests that a token claiming a retired key signed it after retirement is refused.
 TEST_F(ReviewerTest, RefusesTokenSignedByRetiredKeyAfterRetirement) {
   const auto key = *env_.keys->Current()->Active(jwt::Algorithm::kRS256);
-  env_.clock.Advance(std::chrono::hours(24));
-  ASSERT_TRUE(*env_.keys->Tick());
+  env_.clock.Advance(std::chrono::hours(12));
+  ASSERT_TRUE(*env_.keys->Tick());  // the next key is published
+  env_.clock.Advance(std::chrono::hours(12));
+  ASSERT_TRUE(*env_.keys->Tick());  // and signs; `key` is retired
   env_.clock.Advance(std::chrono::minutes(5));
   const int64_t now = env_.clock.NowUnixSeconds();
   nlohmann::json c = {{"iss", testing::kIssuer},
@@ -92,6 +99,37 @@ TEST_F(ReviewerTest, RefusesTokenSignedByRetiredKeyAfterRetirement) {
   auto r = Review(*jwt::Sign(key, c.dump()));
   EXPECT_FALSE(r.authenticated());
   EXPECT_NE(r.error().find("after that key was retired"), std::string::npos);
+}
+
+// Tests that a token claiming a next key (published ahead, not signing yet) is refused: wisp-token
+// has signed nothing with it, so such a token can only come from someone holding its private key.
+TEST_F(ReviewerTest, RefusesTokenSignedByNextKey) {
+  env_.clock.Advance(std::chrono::hours(12));
+  ASSERT_TRUE(*env_.keys->Tick());  // the next keys are published
+  auto stored = nlohmann::json::parse(env_.kv->Get(kKeySetKey)->value);
+  std::string kid, sealed;
+  for (const auto& k : stored["keys"]) {
+    if (k["state"] == "next" && k["alg"] == "RS256") {
+      kid = k["kid"];
+      sealed = k["sealed"];
+    }
+  }
+  ASSERT_FALSE(kid.empty());
+  auto pem = jwt::Open(env_.kek, *jwt::Base64Decode(sealed), kid);
+  ASSERT_TRUE(pem.ok()) << pem.status();
+  auto next = jwt::PrivateKey::FromPem(*pem);
+  ASSERT_TRUE(next.ok()) << next.status();
+  const int64_t now = env_.clock.NowUnixSeconds();
+  nlohmann::json c = {{"iss", testing::kIssuer},
+                      {"sub", "system:serviceaccount:ml:loader"},
+                      {"aud", {"vault"}},
+                      {"iat", now},
+                      {"nbf", now},
+                      {"exp", now + 600}};
+  auto r = Review(*jwt::Sign(*next, c.dump()), {"vault"});
+  EXPECT_FALSE(r.authenticated());
+  EXPECT_EQ(r.error(), "token claims to be signed by key " + kid +
+                           ", which is published but has not signed yet");
 }
 
 // Tests that alg none, HS256 keyed with the JWKS and an unknown kid are refused.

@@ -67,5 +67,23 @@ TEST_F(TokenAppTest, FlagsAndDefaults) {
   EXPECT_FALSE(Parse({"--algorithm", "HS256"}, t).ok());
 }
 
+// Tests --key-publish-ahead: default 0 (half the rotation period), and refused when it is not below
+// the rotation period, naming both settings.
+TEST_F(TokenAppTest, PublishAheadMustBeBelowTheRotationPeriod) {
+  TokenSettings s;
+  ASSERT_TRUE(Parse({}, s).ok());
+  EXPECT_EQ(s.publish_ahead, std::chrono::milliseconds(0));
+  s.kek_file = Write("kek", std::string(64, 'a'));
+  ASSERT_TRUE(Parse({"--key-rotation-period", "1h", "--key-publish-ahead", "10m"}, s).ok());
+  EXPECT_TRUE(CheckTokenSettings(s).ok()) << CheckTokenSettings(s).status();
+  ASSERT_TRUE(Parse({"--key-publish-ahead", "1h"}, s).ok());
+  EXPECT_EQ(CheckTokenSettings(s).status(),
+            absl::InvalidArgumentError("key-publish-ahead: 1h must be less than "
+                                       "key-rotation-period (1h): the next key is published while "
+                                       "the active one still signs"));
+  TokenSettings t;
+  EXPECT_FALSE(Parse({"--key-publish-ahead", "-5s"}, t).ok());
+}
+
 }  // namespace
 }  // namespace wisp::token

@@ -138,6 +138,60 @@ TEST_F(TokenServiceTest, PublishesKeyChanges) {
   EXPECT_EQ(nlohmann::json::parse(changes_.back().jwks_json())["keys"].size(), 4u);
 }
 
+// Tests wisp.v1.token.key_admin: list, rotate, taint and revoke over the bus, each answering the
+// key set after it and a sentence; bad requests are refused naming the field or the kid.
+TEST_F(TokenServiceTest, KeyAdminOverTheBus) {
+  const auto call = [&](v1::KeyAdminRequest::Action action, std::string kid = "",
+                        std::string alg = "") {
+    v1::KeyAdminRequest req;
+    req.set_action(action);
+    req.set_kid(std::move(kid));
+    req.set_algorithm(std::move(alg));
+    return bus::Call<v1::KeyAdminResponse>(env_.bus, bus::subjects::kTokenKeyAdmin, req,
+                                           seconds(2));
+  };
+  auto list = call(v1::KeyAdminRequest::LIST);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->keys_size(), 2);
+  EXPECT_EQ(list->keys(0).state(), "active");
+  EXPECT_EQ(list->rotation_period_seconds(), 86400);
+  EXPECT_EQ(list->publish_ahead_seconds(), 43200);
+  EXPECT_TRUE(list->message().empty());
+
+  const size_t changes = changes_.size();
+  auto rotated = call(v1::KeyAdminRequest::ROTATE, "", "ES256");
+  ASSERT_TRUE(rotated.ok()) << rotated.status();
+  EXPECT_EQ(rotated->message().rfind("ES256: now signing with ", 0), 0u) << rotated->message();
+  EXPECT_EQ(rotated->keys_size(), 3);
+  EXPECT_EQ(changes_.size(), changes + 1);  // relying parties hear of it
+
+  const std::string rs = env_.keys->Current()->Active(jwt::Algorithm::kRS256)->kid();
+  auto tainted = call(v1::KeyAdminRequest::TAINT, rs);
+  ASSERT_TRUE(tainted.ok()) << tainted.status();
+  EXPECT_NE(tainted->message().find("tainted"), std::string::npos);
+  bool seen = false;
+  for (const auto& k : tainted->keys()) {
+    if (k.kid() != rs) continue;
+    seen = true;
+    EXPECT_TRUE(k.tainted());
+    EXPECT_EQ(k.state(), "retired");
+    EXPECT_GT(k.published_until_unix(), k.retired_unix());
+  }
+  EXPECT_TRUE(seen);
+  auto revoked = call(v1::KeyAdminRequest::REVOKE, rs);
+  ASSERT_TRUE(revoked.ok()) << revoked.status();
+  for (const auto& k : revoked->keys()) EXPECT_NE(k.kid(), rs);
+
+  auto unknown = call(v1::KeyAdminRequest::REVOKE, rs);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(unknown.status().message().find("\"" + rs + "\""), std::string::npos);
+  EXPECT_EQ(call(v1::KeyAdminRequest::TAINT).status().message(), "kid: required");
+  EXPECT_EQ(call(v1::KeyAdminRequest::ACTION_UNSPECIFIED).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(call(v1::KeyAdminRequest::ROTATE, "", "HS256").status().message(),
+            "algorithm: \"HS256\" is not RS256 or ES256");
+}
+
 // Tests that exchange refusals come back as answers with the RFC 6749 code.
 TEST_F(TokenServiceTest, ExchangeRefusalIsAnAnswer) {
   v1::ExchangeRequest req;

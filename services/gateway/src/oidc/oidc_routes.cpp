@@ -49,8 +49,13 @@ http::Response OAuthError(int status, std::string_view code, std::string_view de
   return r;
 }
 
-// The unverified "iss sub" of a JWT (for the pre-check of the rate limit only).
+// The unverified "iss sub" of a JWT (for the pre-check of the rate limit only). Whitespace at the
+// ends (a token file written by `echo`) is dropped, as wisp-token's exchange drops it.
 std::string UnverifiedSubject(std::string_view token) {
+  constexpr std::string_view kSpace = " \t\n\v\f\r";
+  const size_t first = token.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return "";
+  token = token.substr(first, token.find_last_not_of(kSpace) - first + 1);
   auto d = jwt::Decode(token);
   if (!d.ok()) return "";
   return d->claims.value("iss", "") + " " + d->claims.value("sub", "");

@@ -32,6 +32,8 @@ inline constexpr std::string_view kTokenReview =
     "wisp.v1.token.review";  // ReviewRequest -> ReviewResponse
 inline constexpr std::string_view kTokenUpload =
     "wisp.v1.token.upload";  // UploadTokenRequest -> UploadTokenResponse
+inline constexpr std::string_view kTokenKeyAdmin =
+    "wisp.v1.token.key_admin";  // KeyAdminRequest -> KeyAdminResponse (wispctl keys)
 // Published by wisp-token whenever the key set changes (body: KeysResponse).
 inline constexpr std::string_view kTokenKeysChanged = "wisp.v1.events.token.keys";
 // wisp-populator

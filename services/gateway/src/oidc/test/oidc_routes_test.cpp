@@ -146,6 +146,22 @@ TEST_F(OidcRoutesTest, AnswersRfc6749Errors) {
   EXPECT_EQ(down.status, 503);
 }
 
+// Tests a token file's content sent as it is (google-auth-library's file credential source; a
+// file written by `echo` ends in a newline), with the GCP-specific `options` parameter RFC 6749
+// 3.2 says to ignore: exchanged, and rate-limited by its subject like the bare token.
+TEST_F(OidcRoutesTest, ExchangesTokenFileContentWithTrailingNewline) {
+  const std::string body = FormBody(SubjectToken() + "\n") + "&options=" + FormEscape("{}");
+  for (int i = 0; i < 3; ++i) {
+    auto r = routes_->Token(Form(body));
+    ASSERT_EQ(r.status, 200) << r.body;
+    auto j = nlohmann::json::parse(r.body);
+    EXPECT_EQ(j["issued_token_type"], "urn:ietf:params:oauth:token-type:access_token");
+    EXPECT_EQ(j["token_type"], "Bearer");
+    EXPECT_GT(j["expires_in"].get<int64_t>(), 0);
+  }
+  EXPECT_EQ(routes_->Token(Form(body)).status, 429);
+}
+
 // Tests the per-subject limit, and that forged tokens naming a subject do not use its quota.
 TEST_F(OidcRoutesTest, RateLimitsPerVerifiedSubject) {
   const std::string token = SubjectToken();
