@@ -41,3 +41,17 @@ wisp_add_test(faults_token_rotation_integration_test
 if(TARGET faults_token_rotation_integration_test AND TARGET wisp-token)
   add_dependencies(faults_token_rotation_integration_test wisp-token)
 endif()
+
+# Faults with wisp itself (issue 24, item 2): a 3-node NATS cluster over TLS, two replicas of each
+# service with --jetstream-replicas 3, load on every path (admission, issue, STS, CSI rotation, a
+# 1 GiB import) through node and replica kills. Root (tmpfs mounts); about 2 minutes.
+if(TARGET wisp::gateway_csi AND TARGET wisp::populator_testing)
+  wisp_add_test(faults_wisp_integration_test
+    SOURCES faults_wisp_test.cpp
+    DEPS wisp::integration_stack wisp::bus wisp::jwt wisp::proto_events wisp::proto_csi
+         wisp::populator_testing gRPC::grpc++ nlohmann_json::nlohmann_json
+    LABELS integration)
+  target_include_directories(faults_wisp_integration_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  add_dependencies(faults_wisp_integration_test wisp-gateway wisp-token wisp-policy
+                   wisp-populator)
+endif()

@@ -206,8 +206,13 @@ metrics::Endpoint& Process::endpoint() { return *endpoint_; }
 
 absl::Status Process::RetryUntilBus(std::string_view what,
                                     const std::function<absl::Status()>& call) {
+  return RetryWhileUnreachable(what, settings_.bus_wait, call);
+}
+
+absl::Status RetryWhileUnreachable(std::string_view what, std::chrono::milliseconds wait,
+                                   const std::function<absl::Status()>& call) {
   auto logger = log::Get("runtime");
-  const auto deadline = std::chrono::steady_clock::now() + settings_.bus_wait;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
   auto backoff = std::chrono::milliseconds(100);
   while (true) {
     // SIGTERM/SIGINT are blocked for sigwait(); look for one pending so a service still waiting
@@ -227,7 +232,7 @@ absl::Status Process::RetryUntilBus(std::string_view what,
     }
     if (std::chrono::steady_clock::now() + backoff > deadline) {
       return Annotate(status, std::string(what) + " (gave up after bus-wait " +
-                                  config::FormatDuration(settings_.bus_wait) + ")");
+                                  config::FormatDuration(wait) + ")");
     }
     SPDLOG_LOGGER_WARN(logger, "{}: {}; retrying in {}", what, std::string(status.message()),
                        config::FormatDuration(backoff));

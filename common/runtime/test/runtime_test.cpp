@@ -162,6 +162,38 @@ TEST(RuntimeTest, ExplainsReplicaPlacementErrors) {
   EXPECT_TRUE(ExplainReplicaError(absl::OkStatus(), 3).ok());
 }
 
+// Tests that start-up calls wait out transport trouble (a first read timing out while a new
+// cluster's stream elects its leader) but not a final error, and give up after the wait naming it.
+TEST(RuntimeTest, RetriesWhileUnreachableOnly) {
+  int calls = 0;
+  absl::Status st =
+      RetryWhileUnreachable("loading the signing keys", std::chrono::seconds(10), [&] {
+        return ++calls < 3 ? absl::DeadlineExceededError("kv get wisp_keys/keyset: Timeout")
+                           : absl::OkStatus();
+      });
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(calls, 3);
+
+  calls = 0;
+  st = RetryWhileUnreachable("loading the signing keys", std::chrono::seconds(10), [&] {
+    ++calls;
+    return absl::PermissionDeniedError("not permitted");
+  });
+  EXPECT_EQ(st, absl::PermissionDeniedError("not permitted"));
+  EXPECT_EQ(calls, 1);
+
+  calls = 0;
+  st = RetryWhileUnreachable("loading the signing keys", std::chrono::milliseconds(250), [&] {
+    ++calls;
+    return absl::UnavailableError("no nats");
+  });
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(std::string(st.message()).find("loading the signing keys (gave up after bus-wait"),
+            std::string::npos)
+      << st;
+  EXPECT_GE(calls, 2);
+}
+
 // Tests that the common flags are declared with their environment names in --help.
 TEST(RuntimeTest, CommonFlagsAppearInHelp) {
   CommonSettings s;

@@ -471,6 +471,7 @@ absl::StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(Options options)
     opts[i].cluster_port = cluster_ports[i];
     opts[i].monitor_port = FreePort();
     opts[i].route_tls = options.route_tls;
+    opts[i].extra_args = options.extra_args;
     for (int j = 0; j < nodes; ++j) {
       if (j != i) opts[i].routes.push_back("nats://127.0.0.1:" + std::to_string(cluster_ports[j]));
     }

@@ -99,7 +99,11 @@ absl::StatusOr<std::unique_ptr<TokenApp>> TokenApp::Start(const TokenSettings& s
       *app->policy_store_, PolicyWatcher::Options{.path = s.policy_file, .handle_sighup = false},
       clock, *app->metrics_);
   if (!s.policy_file.empty()) app->watcher_->Start();
-  WISP_RETURN_IF_ERROR(app->keys_->Start());
+  // The bucket is open, but on a new cluster its stream may still be electing a leader and the
+  // first read of the key set times out: wait for it as for the bucket, at most bus-wait, rather
+  // than exit (two replicas started at once on a fresh 3-node cluster did).
+  WISP_RETURN_IF_ERROR(
+      process.RetryUntilBus("loading the signing keys", [&] { return app->keys_->Start(); }));
   const seconds leeway = duration_cast<seconds>(s.leeway);
   app->issuer_ = std::make_unique<Issuer>(
       *app->keys_, *app->policy_store_, clock, *app->metrics_,

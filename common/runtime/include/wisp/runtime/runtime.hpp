@@ -89,6 +89,16 @@ absl::StatusOr<std::vector<std::string>> ParseNatsUrls(std::string_view text);
 // asked and what NATS said. Any other status, or any status with one copy, comes back as it is.
 absl::Status ExplainReplicaError(const absl::Status& status, int64_t replicas);
 
+// Runs `call` until it succeeds or fails with something other than Unavailable or
+// DeadlineExceeded (transport trouble: NATS not reachable yet, a JetStream stream still electing
+// its leader), waiting 100 ms doubling up to 5 s between calls and logging each wait, for at most
+// `wait`; then the last status, annotated with "<what> (gave up after bus-wait <wait>)". A
+// SIGTERM or SIGINT pending (blocked for sigwait) stops it at once with Cancelled.
+//   WISP_RETURN_IF_ERROR(RetryWhileUnreachable("loading the signing keys", 2min,
+//                                              [&] { return keys.Start(); }));
+absl::Status RetryWhileUnreachable(std::string_view what, std::chrono::milliseconds wait,
+                                   const std::function<absl::Status()>& call);
+
 class Process {
  public:
   static absl::StatusOr<std::unique_ptr<Process>> Start(std::string service,
@@ -110,7 +120,8 @@ class Process {
   // Creates or updates a JetStream stream with the same patience and the same replicas rule.
   absl::Status EnsureStream(bus::StreamConfig config);
   int jetstream_replicas() const { return static_cast<int>(settings_.jetstream_replicas); }
-  // The same patience for any start-up call that needs the bus (streams, consumers).
+  // The same patience for any start-up call that needs the bus (streams, consumers, a first read
+  // of a bucket): RetryWhileUnreachable with bus-wait.
   absl::Status RetryUntilBus(std::string_view what, const std::function<absl::Status()>& call);
 
   // Announces this process as a NATS micro service; endpoints are added on the returned Service.

@@ -200,6 +200,8 @@ class NatsCluster {
     // Every node's routes over TLS with this certificate (one certificate serves every node on
     // loopback).
     std::optional<RouteTls> route_tls;
+    // Appended to every node's command line (client TLS: --tls --tlscert ... --tlsverify).
+    std::vector<std::string> extra_args;
   };
   static absl::StatusOr<std::unique_ptr<NatsCluster>> Start(int nodes = 3);
   static absl::StatusOr<std::unique_ptr<NatsCluster>> Start(Options options);

@@ -9,6 +9,18 @@
 //   - Each service runs as it would under scripts/local-up; with `auth` on, as its own NATS user
 //     with the permissions scripts/nats-auth grants.
 //   - Restart(name) SIGTERMs and starts one service again with the same arguments.
+//   - With replicas = 2 every service runs twice: the second instance is named "<service>.1"
+//     (Replica("wisp-token", 1)) wherever a service name is taken (process, Kill, Restart,
+//     metrics_port ...). A second gateway is node-b's (its own HTTPS port, CSI socket and target
+//     root: gateway_port(1), csi_socket(1), target_root(1)); both populators serve node-a's
+//     volume root, as two instances on one node. extra_args and env of "<service>" apply to every
+//     replica.
+//   - With nats_nodes = 3 NATS is a 3-node JetStream cluster whose routes are mutual TLS
+//     (NatsCluster); each service instance is given one node's URL, in turn, so replicas talk to
+//     different nodes and fail over to the others the cluster advertises. With nats_tls clients
+//     reach NATS over TLS only (a NATS test CA, client certificates verified): the services get
+//     --nats-ca/--nats-cert/--nats-key and tls:// URLs, and tests connect with nats_ca_file(),
+//     nats_client_cert() and nats_client_key(). auth is not combined with a cluster.
 //
 // Example:
 //   auto stack = Stack::Start({}).value();
@@ -42,6 +54,9 @@ struct StackOptions {
   // Per service name: environment added to the test's (LD_PRELOAD of libfaketime, say). Read at
   // every (re)start, so SetEnv before Restart changes it.
   std::map<std::string, std::map<std::string, std::string>> env;
+  int replicas = 1;    // instances of each service (1 or 2)
+  int nats_nodes = 1;  // 1 = one nats-server, 3 = a cluster (routes over mutual TLS)
+  bool nats_tls = false;
 };
 
 struct HttpsResponse {
@@ -55,15 +70,26 @@ class Stack {
   static absl::StatusOr<std::unique_ptr<Stack>> Start(StackOptions options);
   ~Stack();
 
-  NatsServer& nats() { return *nats_; }
+  // The server (node 0 of a cluster).
+  NatsServer& nats() { return cluster_ ? cluster_->node(0) : *nats_; }
+  NatsCluster* cluster() { return cluster_.get(); }  // nullptr unless nats_nodes > 1
+  // Every node's client URL (tls:// with nats_tls).
+  std::vector<std::string> nats_urls() const;
+  // With nats_tls: the CA that signed the NATS servers' certificates and a client certificate
+  // they accept; "" otherwise.
+  const std::string& nats_ca_file() const { return nats_ca_file_; }
+  const std::string& nats_client_cert() const { return nats_client_cert_; }
+  const std::string& nats_client_key() const { return nats_client_key_; }
+  // The name of replica `r` of `service`: the service's own name for 0, "<service>.<r>" after.
+  static std::string Replica(const std::string& service, int r);
   const std::string& dir() const { return dir_->path(); }
   const std::string& ca_file() const { return ca_file_; }
   std::string gateway_url() const;  // https://127.0.0.1:<port>
-  int gateway_port() const { return gateway_port_; }
-  std::string csi_endpoint() const;  // unix:///...
-  std::string csi_socket() const;    // the path
+  int gateway_port(int replica = 0) const { return gateway_ports_.at(replica); }
+  std::string csi_endpoint(int replica = 0) const;  // unix:///...
+  std::string csi_socket(int replica = 0) const;    // the path
   std::string volume_root() const;
-  std::string target_root() const;
+  std::string target_root(int replica = 0) const;
   int metrics_port(const std::string& service) const;
   // NATS user and password file a test client uses (wispctl's, when auth is on).
   std::vector<std::string> WispctlArgs() const;
@@ -81,11 +107,13 @@ class Stack {
   absl::Status WaitReady(const std::string& service,
                          std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
-  // HTTPS to the gateway, verified against the test CA, with SNI/host "localhost".
+  // HTTPS to the gateway (replica `replica`), verified against the test CA, with SNI/host
+  // "localhost".
   absl::StatusOr<HttpsResponse> Https(const std::string& method, const std::string& target,
                                       const std::string& body = "",
                                       const std::map<std::string, std::string>& headers = {},
-                                      std::chrono::milliseconds timeout = std::chrono::seconds(15));
+                                      std::chrono::milliseconds timeout = std::chrono::seconds(15),
+                                      int replica = 0);
 
  private:
   Stack() = default;
@@ -94,11 +122,14 @@ class Stack {
   StackOptions options_;
   std::unique_ptr<TempDir> dir_;
   std::unique_ptr<NatsServer> nats_;
+  std::unique_ptr<NatsCluster> cluster_;
   std::map<std::string, std::unique_ptr<Process>> procs_;
   std::map<std::string, int> metrics_ports_;
   std::string ca_file_;
   std::string kek_file_;
   int gateway_port_ = 0;
+  std::vector<int> gateway_ports_;
+  std::string nats_ca_file_, nats_client_cert_, nats_client_key_;
 };
 
 // Runs a shell command, returns its exit code and combined output.
