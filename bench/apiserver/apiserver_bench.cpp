@@ -28,7 +28,10 @@
 // server-side dry run of a pod asking for wisp reaches exactly the arm's webhooks (the fixed
 // server's call count, the gateway's wisp_gateway_admission_requests_total). The calls per pod
 // of each run are printed from the same counters, and the time inside wisp's gateway from its
-// wisp_gateway_admission_duration_seconds.
+// wisp_gateway_admission_duration_seconds; next to them, the apiserver's own account from its
+// /metrics: time in webhook calls, in matchConditions that kept a webhook from being called (by
+// webhook, for arm 4), and in its admission steps. The arms run in the order 2, 2p, 3, 4, 1, so
+// the arms each figure compares run next to each other.
 //
 // Goals (issue 27): (4)-(1) p50 <= 0.3 ms (a pod that does not ask is not even sent to wisp), and
 // ((3)-(1)) / ((2)-(1)) at p50 <= 1.1 (a pod that asks pays at most 1.1x a do-nothing webhook's
@@ -327,12 +330,86 @@ struct Tally {
   }
 };
 
+// The apiserver's own account (its /metrics, summed over every webhook and condition): seconds
+// in webhook calls (apiserver_admission_webhook_admission_duration_seconds: building the review,
+// the HTTPS call, reading the answer and applying its patch), in matchConditions that turned a
+// webhook down (apiserver_admission_match_condition_evaluation_seconds: converting the object
+// for CEL and evaluating it; the apiserver records no time for conditions that hold), and in the
+// admission steps as a whole (apiserver_admission_step_admission_duration_seconds, mutating and
+// validating: the built-in plugins and the webhooks).
+struct ApiTally {
+  double webhook_seconds = 0;
+  double condition_seconds = 0;
+  double step_seconds = 0;
+  // condition_seconds by webhook: "<type> <name>", type admit (mutating) or validate.
+  std::map<std::string, double> condition_by_hook;
+  ApiTally operator-(const ApiTally& o) const {
+    ApiTally d{webhook_seconds - o.webhook_seconds, condition_seconds - o.condition_seconds,
+               step_seconds - o.step_seconds, condition_by_hook};
+    for (const auto& [hook, seconds] : o.condition_by_hook) d.condition_by_hook[hook] -= seconds;
+    return d;
+  }
+  ApiTally Scaled(double f) const {
+    ApiTally out{webhook_seconds * f, condition_seconds * f, step_seconds * f, condition_by_hook};
+    for (auto& [hook, seconds] : out.condition_by_hook) seconds *= f;
+    return out;
+  }
+  ApiTally& operator+=(const ApiTally& o) {
+    webhook_seconds += o.webhook_seconds;
+    condition_seconds += o.condition_seconds;
+    step_seconds += o.step_seconds;
+    for (const auto& [hook, seconds] : o.condition_by_hook) condition_by_hook[hook] += seconds;
+    return *this;
+  }
+};
+
+// The value of label `label` in a Prometheus text line ("" when absent).
+std::string Label(const std::string& line, const std::string& label) {
+  const std::string key = label + "=\"";
+  size_t at = line.find("{");
+  while (at != std::string::npos) {
+    at = line.find(key, at);
+    if (at == std::string::npos) return "";
+    if (line[at - 1] == '{' || line[at - 1] == ',') break;
+    at += key.size();
+  }
+  if (at == std::string::npos) return "";
+  at += key.size();
+  return line.substr(at, line.find('"', at) - at);
+}
+
+absl::StatusOr<ApiTally> ApiserverNow(const KubeCluster& kube) {
+  WISP_ASSIGN_OR_RETURN(std::string text, kube.MustKubectl({"get", "--raw", "/metrics"}));
+  ApiTally now;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    double* into = nullptr;
+    if (line.rfind("apiserver_admission_webhook_admission_duration_seconds_sum{", 0) == 0) {
+      into = &now.webhook_seconds;
+    } else if (line.rfind("apiserver_admission_match_condition_evaluation_seconds_sum{", 0) == 0) {
+      into = &now.condition_seconds;
+    } else if (line.rfind("apiserver_admission_step_admission_duration_seconds_sum{", 0) == 0 &&
+               line.find("operation=\"CREATE\"") != std::string::npos) {
+      into = &now.step_seconds;
+    }
+    if (into == nullptr) continue;
+    const double value = std::strtod(line.substr(line.rfind(' ') + 1).c_str(), nullptr);
+    *into += value;
+    if (into == &now.condition_seconds) {
+      now.condition_by_hook[Label(line, "type") + " " + Label(line, "name")] += value;
+    }
+  }
+  return now;
+}
+
 struct Series {
   std::vector<double> ms;
   int errors = 0;
   std::string first_error;
   Count calls;  // webhook calls (fixed server + wisp's gateway) during the timed creates
   double wisp_seconds = 0;  // inside wisp's gateway during the timed creates
+  ApiTally api;             // the apiserver's own account of the timed creates
   double seconds = 0;
 };
 
@@ -450,12 +527,14 @@ class Bench {
     }
     std::vector<std::string> created;
     Tally calls0;
+    ApiTally api0;
     Steady::time_point t0, previous_end;
     const auto interval = mode.rate > 0 ? std::chrono::duration_cast<Steady::duration>(
                                               std::chrono::duration<double>(1.0 / mode.rate))
                                         : Steady::duration::zero();
     for (int i = 0; i < total; ++i) {
       if (i == warmup) {
+        WISP_ASSIGN_OR_RETURN(api0, ApiserverNow(kube_));
         WISP_ASSIGN_OR_RETURN(calls0, calls_.Now());
         t0 = Steady::now();
       }
@@ -484,7 +563,9 @@ class Bench {
     }
     const double seconds = std::chrono::duration<double>(Steady::now() - t0).count();
     WISP_ASSIGN_OR_RETURN(Tally calls1, calls_.Now());
+    WISP_ASSIGN_OR_RETURN(ApiTally api1, ApiserverNow(kube_));
     const Tally d = calls1 - calls0;
+    const ApiTally api = api1 - api0;
     // Calls and time are the run's, shared by its shapes (only arm 1, which has no webhook, has
     // two): each shape is charged its share.
     const auto shapes = static_cast<int64_t>(arm.shapes.size());
@@ -493,6 +574,7 @@ class Bench {
       s.calls += Count{(d.fixed.mutate + d.wisp.mutate) / shapes,
                        (d.fixed.validate + d.wisp.validate) / shapes};
       s.wisp_seconds += d.wisp_seconds / static_cast<double>(shapes);
+      s.api += api.Scaled(1.0 / static_cast<double>(shapes));
       s.seconds += seconds / static_cast<double>(arm.shapes.size());
     }
     for (const auto& name : created) {
@@ -650,12 +732,14 @@ int main(int argc, char** argv) {
 
   Calls calls(**fixed, (*stack)->metrics_port("wisp-gateway"));
   Bench bench(k, **stack, **client, calls, *chart, *wisp_hooks, *fixed_hooks, probe);
+  // In this order, so that the arms compared run next to each other: 2p before 3 (wisp's own
+  // share), 4 before 1 (goal 1), and 1 before the next round's 2 (goal 2).
   const std::vector<Arm> arms = {
-      {"1", "no webhook", Hooks::kNone, false, {&plain, &asks}},
       {"2", "fixed-answer webhook", Hooks::kFixed, false, {&asks}},
       {"2p", "fixed answer with wisp's patch", Hooks::kFixed, true, {&asks}},
       {"3", "wisp, pod asking", Hooks::kWisp, false, {&asks}},
       {"4", "wisp, plain pod", Hooks::kWisp, false, {&plain}},
+      {"1", "no webhook", Hooks::kNone, false, {&plain, &asks}},
   };
   const std::vector<Mode> modes = {{"sequential", 0}, {"paced", o.rate}};
   // results[mode][arm][shape]
@@ -696,9 +780,9 @@ int main(int argc, char** argv) {
       version.ok() ? version->c_str() : "?", k.started() ? "started here" : "given cluster",
       k.has_controller_manager() ? ", with kube-controller-manager" : "", o.pods, o.rounds,
       o.warmup, o.rate, took);
-  std::printf("%-10s %-31s %5s %7s %7s %7s %8s %8s %8s %9s %7s %5s %6s\n", "mode", "arm", "pods",
-              "p50 ms", "p99 ms", "mean ms", "+p50 ms", "+p99 ms", "+mean", "calls m+v", "in wisp",
-              "/s", "errors");
+  std::printf("%-10s %-31s %5s %7s %7s %7s %8s %8s %8s %9s %7s %5s %5s %5s %5s %6s\n", "mode",
+              "arm", "pods", "p50 ms", "p99 ms", "mean ms", "+p50 ms", "+p99 ms", "+mean",
+              "calls m+v", "in wisp", "hooks", "cel", "admit", "/s", "errors");
   bool pass = true;
   std::vector<std::string> goals;
   std::vector<std::string> notes;
@@ -736,8 +820,12 @@ int main(int argc, char** argv) {
       std::snprintf(calls, sizeof(calls), "%.2f+%.2f",
                     tried > 0 ? static_cast<double>(s.calls.mutate) / tried : 0.0,
                     tried > 0 ? static_cast<double>(s.calls.validate) / tried : 0.0);
-      std::printf(" %9s %7.2f %5.1f %6d\n", calls, tried > 0 ? s.wisp_seconds * 1000 / tried : 0.0,
-                  s.seconds > 0 ? tried / s.seconds : 0.0, s.errors);
+      const auto per_pod = [tried](double seconds) {
+        return tried > 0 ? seconds * 1000 / tried : 0.0;
+      };
+      std::printf(" %9s %7.2f %5.2f %5.2f %5.2f %5.1f %6d\n", calls, per_pod(s.wisp_seconds),
+                  per_pod(s.api.webhook_seconds), per_pod(s.api.condition_seconds),
+                  per_pod(s.api.step_seconds), s.seconds > 0 ? tried / s.seconds : 0.0, s.errors);
       if (s.errors > 0) {
         pass = false;
         goals.push_back("error: " + mode.name + ", " + row.label + ": " + std::to_string(s.errors) +
@@ -766,11 +854,29 @@ int main(int argc, char** argv) {
                   mode.name.c_str(), wisp_added / patch_added, wisp_added, patch_added,
                   wisp_added - patch_added);
     notes.push_back(line);
+    const Series& plain4 = m["4"]["plain"];
+    const double plain4_pods = static_cast<double>(plain4.ms.size()) + plain4.errors;
+    std::string by_hook;
+    for (const auto& [hook, seconds] : plain4.api.condition_by_hook) {
+      if (seconds <= 0 || plain4_pods <= 0) continue;
+      char part[160];
+      std::snprintf(part, sizeof(part), "%s%s %.3f ms", by_hook.empty() ? "" : ", ", hook.c_str(),
+                    seconds * 1000 / plain4_pods);
+      by_hook += part;
+    }
+    std::snprintf(line, sizeof(line),
+                  "note %-10s matchConditions that kept a plain pod from wisp (4), per pod, by "
+                  "webhook: %s",
+                  mode.name.c_str(), by_hook.empty() ? "none recorded" : by_hook.c_str());
+    notes.push_back(line);
   }
   std::printf(
       "(+: over arm 1 with the same pod; calls m+v: mutating + validating webhook calls per pod, "
       "to the fixed server and wisp's gateway; in wisp: ms per pod inside wisp's gateway, by its "
-      "wisp_gateway_admission_duration_seconds; /s: timed creates per second)\n");
+      "wisp_gateway_admission_duration_seconds; hooks, cel, admit: ms per pod by the apiserver's "
+      "own metrics, in webhook calls, in matchConditions that kept a webhook from being called, "
+      "and in its admission steps as a whole (arm 1's two pods share theirs); /s: timed creates "
+      "per second)\n");
   for (const auto& g : goals) std::printf("%s\n", g.c_str());
   for (const auto& n : notes) std::printf("%s\n", n.c_str());
   std::printf("verdict: %s\n", pass ? "PASS" : "FAIL");

@@ -15,12 +15,15 @@
 #include "nats_internal.hpp"
 #include "wisp/bus/loop_requester.hpp"
 
-// nats.c's per-connection message filter (src/conn.h in nats.c): exported by libnats (every
-// release since 2.x) but not declared in nats.h. common/bus/CMakeLists.txt refuses a libnats
-// without it. See LoopConn::Filter.
+// nats.c's per-connection message filter (src/conn.h in nats.c) and its message free
+// (src/msg.h: the headers, then the message's one allocation; what natsMsg_Destroy does after
+// handing the message to nats.c's garbage-collector thread): exported by libnats (every release
+// since 2.x) but not declared in nats.h. common/bus/CMakeLists.txt refuses a libnats without
+// them. See LoopConn::Filter and LoopConn::Spend.
 extern "C" {
 typedef void (*natsMsgFilter)(natsConnection* nc, natsMsg** msg, void* closure);
 void natsConn_setFilterWithClosure(natsConnection* nc, natsMsgFilter f, void* closure);
+void natsMsg_free(void* object);
 }
 
 namespace wisp::bus {
@@ -86,11 +89,17 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
   PendingCalls pending;
   asio::steady_timer timer;
   Clock::time_point timer_at = Clock::time_point::max();
-  SpentBatch spent;  // nats.c frees each message through its GC thread: hand them over in batches
 
-  void Spend(MsgPtr msg) {
-    if (spent.Add(std::move(msg))) spent.Destroy();
-  }
+  // Frees a message this loop is done with, here and now. Every message a loop connection
+  // handles is its alone: a request it built and published (nats.c copied the bytes into its
+  // write buffer), or one its filter took before any subscription saw it. natsMsg_Destroy would
+  // hand it to nats.c's garbage-collector thread instead, which frees it on that thread: in
+  // batches of 512 (SpentBatch, so that thread is not woken per message) the loop kept up to
+  // 4 MiB of spent messages and allocated each new one from memory the allocator had to fetch,
+  // often fresh pages (0.7 page faults per admission in the gateway, 0.4 in wisp-policy at
+  // 100 reviews/s); freed here, the next message reuses the same warm memory and no other
+  // thread is involved (bench/admission/README.md, ninth round).
+  static void Spend(MsgPtr msg) { natsMsg_free(msg.release()); }
 
   bool OnLoop() const { return ioc.get_executor().running_in_this_thread(); }
 
@@ -341,7 +350,6 @@ struct LoopConn : std::enable_shared_from_this<LoopConn> {
     std::vector<PendingCall> rest = pending.TakeAll();
     timer.cancel();
     Unwatch();
-    spent.Destroy();
     for (auto& p : rest) {
       FinishCall(metrics, p,
                  absl::UnavailableError("request on " + p.subject + ": bus connection closed"));
