@@ -380,6 +380,7 @@ std::optional<VolumeView> PopulateController::LookUpVolume(const Json& prime) {
   view.phase = v1::VolumePhase_Name(reply->volume().phase());
   view.progress = reply->volume().progress();
   view.message = reply->volume().message();
+  view.volume_id = reply->volume().volume_id();
   return view;
 }
 
@@ -455,6 +456,15 @@ absl::Status PopulateController::ReconcileDataVolume(const std::string& ns, cons
       SPDLOG_LOGGER_INFO(logger_, "DataVolume {}/{}: created its PVC", ns, name);
     }
   }
+  if (plan.annotate) {
+    // Metadata goes through the object itself (a status patch ignores it).
+    auto patched = client_.Patch(kube::kDataVolumes, ns, name, *plan.annotate, {});
+    Count("datavolume", "annotate", patched.status());
+    if (!patched.ok()) return Annotate(patched.status(), "annotating the upload volume");
+    SPDLOG_LOGGER_INFO(logger_, "DataVolume {}/{}: uploads go to volume {}", ns, name,
+                       k8s::FindAnnotation(*patched, kUploadVolumeAnnotation).value_or(""));
+    datavolumes_->Remember(*patched);
+  }
   if (plan.status) {
     kube::PatchOptions po;
     po.subresource = "status";
@@ -470,6 +480,12 @@ absl::Status PopulateController::ReconcileDataVolume(const std::string& ns, cons
     SetProgress(dv_uid, plan.status ? plan.status->value("progress", "")
                                     : k8s::GetString(*dv, {"status", "progress"}));
     requeue_after = options_.poll_interval;
+  } else if (plan.phase == "UploadScheduled" || plan.phase == "UploadReady") {
+    // An upload may be awaited for hours: look every upload_poll_interval while it is awaited,
+    // every poll_interval until the upload target exists and while the bytes arrive (progress).
+    SetProgress(dv_uid, "");
+    const bool awaited = view.volume && view.volume->phase == "UPLOAD_READY";
+    requeue_after = awaited ? options_.upload_poll_interval : options_.poll_interval;
   } else {
     SetProgress(dv_uid, "");
   }

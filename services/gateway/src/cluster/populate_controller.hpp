@@ -22,7 +22,12 @@
 //     replica leads (SetLeading); Stop() returns within the reflectors' stop bound plus one API
 //     call.
 //   - Events: on the user's PVC, Populating (prime created), Populated (PV handed over) and
-//     PopulationFailed (the import failed, once per message); on a DataVolume, its phases.
+//     PopulationFailed (the import failed, once per message); on a DataVolume, its phases, and
+//     UploadFailed when an upload did not complete.
+//   - An upload DataVolume is annotated with its volume's id (kUploadVolumeAnnotation, a merge
+//     patch of the object: metadata is not written through the status subresource); it is looked
+//     at every poll_interval until the volume awaits the upload, then every upload_poll_interval
+//     while it waits, and every poll_interval while the bytes arrive.
 //   - Metrics: wisp_gateway_populate_actions_total{controller,action,result},
 //     kubevirt_cdi_import_progress_total{ownerUID} (CDI's importer metric: the percentage of a
 //     DataVolume's import, while it runs).
@@ -66,6 +71,9 @@ struct PopulateControllerOptions {
   bool datavolumes = true;                 // run the DataVolume controller
   std::string volume_name_prefix = "pvc";  // external-provisioner's --volume-name-prefix
   std::chrono::milliseconds poll_interval{std::chrono::seconds(1)};
+  // How often an upload DataVolume whose volume awaits the bytes is looked at (it may wait for
+  // hours; its first upload shows within this long).
+  std::chrono::milliseconds upload_poll_interval{std::chrono::seconds(5)};
   std::chrono::milliseconds bus_timeout{std::chrono::seconds(3)};
   std::chrono::milliseconds initial_backoff{500};
   std::chrono::milliseconds max_backoff{std::chrono::seconds(30)};

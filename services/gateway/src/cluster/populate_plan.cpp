@@ -194,7 +194,8 @@ std::pair<const Json*, std::string> TargetSpec(const Json& dv) {
 struct SourceChoice {
   Json import_source;  // the VolumeImportSource's spec.source to create; null for a ref
   Json data_source_ref;
-  std::string error;  // the DataVolume asks for something wisp does not serve
+  std::string error;    // the DataVolume asks for something wisp does not serve
+  bool upload = false;  // source.upload: the bytes come from a user, not from wisp-populator
 };
 
 SourceChoice ChooseSource(const Json& dv, const Json* target) {
@@ -209,8 +210,8 @@ SourceChoice ChooseSource(const Json& dv, const Json* target) {
   const Json* source = k8s::Find(dv, {"spec", "source"});
   if (source == nullptr || !source->is_object() || source->empty()) {
     c.error =
-        "spec.source: Required value: wisp serves source.http, source.blank, or a "
-        "dataSourceRef in spec.storage or spec.pvc";
+        "spec.source: Required value: wisp serves source.http, source.blank, source.upload, or "
+        "a dataSourceRef in spec.storage or spec.pvc";
     return c;
   }
   if (const Json* http = k8s::Find(*source, {"http"}); http != nullptr && http->is_object()) {
@@ -224,10 +225,13 @@ SourceChoice ChooseSource(const Json& dv, const Json* target) {
     c.import_source = {{"http", out}};
   } else if (k8s::Find(*source, {"blank"}) != nullptr) {
     c.import_source = {{"blank", Json::object()}};
+  } else if (k8s::Find(*source, {"upload"}) != nullptr) {
+    c.import_source = {{"upload", Json::object()}};
+    c.upload = true;
   } else {
     c.error = "spec.source." + source->begin().key() +
-              ": Unsupported value: wisp serves source.http, source.blank, or a dataSourceRef in "
-              "spec.storage or spec.pvc";
+              ": Unsupported value: wisp serves source.http, source.blank, source.upload, or a "
+              "dataSourceRef in spec.storage or spec.pvc";
     return c;
   }
   c.data_source_ref = {{"apiGroup", kWispGroup}, {"kind", "VolumeImportSource"}, {"name", name}};
@@ -348,9 +352,10 @@ DataVolumePlan PlanDataVolume(const DataVolumeView& view, const PlanOptions& /*o
   } else if (IsBound(*pvc)) {
     phase = "Succeeded";
     progress = "100.0%";
-    conditions = {{"Bound", "True", "Bound", "PVC " + name + " Bound"},
-                  {"Ready", "True", "", ""},
-                  {"Running", "False", "Completed", "Import Complete"}};
+    conditions = {
+        {"Bound", "True", "Bound", "PVC " + name + " Bound"},
+        {"Ready", "True", "", ""},
+        {"Running", "False", "Completed", source.upload ? "Upload Complete" : "Import Complete"}};
   } else {
     const Condition bound{"Bound", "False", "Pending", "PVC " + name + " Pending"};
     const bool waits_for_node =
@@ -367,6 +372,32 @@ DataVolumePlan PlanDataVolume(const DataVolumeView& view, const PlanOptions& /*o
       conditions = {bound,
                     {"Ready", "False", "Error", view.volume->message},
                     {"Running", "False", "Error", view.volume->message}};
+    } else if (source.upload) {
+      // CDI's upload DataVolumes: UploadScheduled until the upload target exists, then
+      // UploadReady (its upload server pod runs) while the bytes are awaited and arrive.
+      const std::string volume_phase = view.volume ? view.volume->phase : "";
+      if (volume_phase == "UPLOAD_READY" || volume_phase == "UPLOAD_IN_PROGRESS" ||
+          volume_phase == "SUCCEEDED") {
+        phase = "UploadReady";
+        progress = volume_phase == "SUCCEEDED"            ? "100.0%"
+                   : volume_phase == "UPLOAD_IN_PROGRESS" ? view.volume->progress
+                                                          : "N/A";
+        if (progress.empty()) progress = "N/A";
+        std::string why = view.volume->message;
+        if (volume_phase == "SUCCEEDED") {
+          why = "Upload complete; binding the volume";
+        } else if (why.empty() || why.rfind("waiting for an upload", 0) == 0) {
+          why = "waiting for an upload: wispctl datavolume upload " +
+                k8s::GetString(dv, {"metadata", "namespace"}) + "/" + name + " FILE";
+        }
+        conditions = {bound,
+                      {"Ready", "False", "TransferRunning", ""},
+                      {"Running", "True", "Pod is running", why}};
+      } else {
+        phase = "UploadScheduled";
+        std::string why = view.volume ? view.volume->message : view.pvc_plan_message;
+        conditions = {bound, {"Ready", "False", "", ""}, {"Running", "False", "Pending", why}};
+      }
     } else if (view.volume &&
                (view.volume->phase == "IMPORT_IN_PROGRESS" || view.volume->phase == "SUCCEEDED")) {
       phase = "ImportInProgress";
@@ -392,8 +423,25 @@ DataVolumePlan PlanDataVolume(const DataVolumeView& view, const PlanOptions& /*o
   if (status != stored_status) plan.status = std::move(status);
   plan.phase = phase;
 
+  // Where an upload goes: the prime's volume, once wisp-populator has it.
+  if (source.upload && view.volume && !view.volume->volume_id.empty() &&
+      k8s::FindAnnotation(dv, kUploadVolumeAnnotation).value_or("") != view.volume->volume_id) {
+    plan.annotate =
+        Json{{"metadata",
+              {{"annotations", {{std::string(kUploadVolumeAnnotation), view.volume->volume_id}}}}}};
+  }
+
   if (phase != stored_phase) {
-    if (phase == "ImportScheduled") {
+    if (phase == "UploadScheduled") {
+      plan.events.push_back({"Normal", "UploadScheduled", "Upload into " + name + " scheduled"});
+    } else if (phase == "UploadReady") {
+      plan.events.push_back({"Normal", "UploadReady", "Upload into " + name + " ready"});
+    } else if (phase == "Succeeded" && source.upload) {
+      plan.events.push_back({"Normal", "UploadSucceeded", "Successfully uploaded into " + name});
+    } else if (phase == "Failed" && source.upload) {
+      plan.events.push_back({"Warning", "UploadFailed",
+                             failure.empty() && view.volume ? view.volume->message : failure});
+    } else if (phase == "ImportScheduled") {
       plan.events.push_back({"Normal", "ImportScheduled", "Import into " + name + " scheduled"});
     } else if (phase == "ImportInProgress") {
       plan.events.push_back({"Normal", "ImportInProgress", "Import into " + name + " in progress"});
@@ -405,6 +453,18 @@ DataVolumePlan PlanDataVolume(const DataVolumeView& view, const PlanOptions& /*o
     } else if (phase == "Failed") {
       plan.events.push_back(
           {"Warning", "Error", failure.empty() && view.volume ? view.volume->message : failure});
+    }
+  }
+  // An upload that did not complete (bad image, checksum mismatch, client gone) sends the volume
+  // back to UPLOAD_READY with the cause: say it once, as CDI's UploadFailed.
+  if (source.upload && phase == "UploadReady" && view.volume &&
+      view.volume->phase == "UPLOAD_READY" && view.volume->message.rfind("upload failed", 0) == 0) {
+    std::string stored_running;
+    for (const auto& c : k8s::GetArray(dv, {"status", "conditions"})) {
+      if (k8s::GetString(c, {"type"}) == "Running") stored_running = k8s::GetString(c, {"message"});
+    }
+    if (stored_running != view.volume->message) {
+      plan.events.push_back({"Warning", "UploadFailed", view.volume->message});
     }
   }
   return plan;

@@ -20,15 +20,21 @@
 //   5. once the user's PVC is bound (or deleted): delete the prime.
 //
 // A DataVolume (cdi.kubevirt.io/v1beta1):
-//   - source.http / source.blank: a wisp.dev VolumeImportSource of the DataVolume's name carrying
-//     that source, then a PVC of the DataVolume's name whose dataSourceRef names it;
+//   - source.http / source.blank / source.upload: a wisp.dev VolumeImportSource of the
+//     DataVolume's name carrying that source, then a PVC of the DataVolume's name whose
+//     dataSourceRef names it;
+//   - source.upload: the prime's volume waits for the bytes (wisp-populator's UPLOAD_READY); the
+//     DataVolume is annotated wisp.dev/upload-volume-id=<the volume's id> (what `wispctl
+//     datavolume upload` PUTs to) and goes UploadScheduled, UploadReady, Succeeded as CDI's
+//     upload DataVolumes do; an upload that fails leaves it UploadReady with the cause in its
+//     Running condition and a Warning UploadFailed event;
 //   - spec.pvc|storage.dataSourceRef: a PVC of the DataVolume's name with that dataSourceRef and
 //     nothing else of CDI's machinery;
 //   - both owned by the DataVolume (controller: true): deleting it deletes them (the garbage
 //     collector);
 //   - status as CDI writes it: phase Pending, PendingPopulation, ImportScheduled,
-//     ImportInProgress, Succeeded or Failed, progress "45.30%", conditions Bound, Ready and
-//     Running, claimName; and an Event at each phase change.
+//     ImportInProgress (UploadScheduled, UploadReady for an upload), Succeeded or Failed, progress
+//     "45.30%", conditions Bound, Ready and Running, claimName; and an Event at each phase change.
 //
 // Example:
 //   PvcPlan plan = PlanPvc({.pvc = &pvc, .storage_class = &sc, .prime = nullptr}, {});
@@ -49,6 +55,8 @@ using Json = nlohmann::json;
 inline constexpr std::string_view kPrimeForAnnotation = "wisp.dev/prime-for";
 inline constexpr std::string_view kSelectedNodeAnnotation = "volume.kubernetes.io/selected-node";
 inline constexpr std::string_view kPrimePrefix = "wisp-prime-";
+// On an upload DataVolume: the id of the wisp volume the upload goes to (PUT /v1/upload/<id>).
+inline constexpr std::string_view kUploadVolumeAnnotation = "wisp.dev/upload-volume-id";
 
 struct PlanOptions {
   std::string driver_name = "csi.wisp.dev";  // the StorageClass provisioner wisp serves
@@ -97,6 +105,7 @@ struct VolumeView {
   std::string phase;     // VolumePhase name: PENDING, IMPORT_SCHEDULED, IMPORT_IN_PROGRESS, ...
   std::string progress;  // "45.30%" or "N/A"
   std::string message;
+  std::string volume_id;  // "v-<hex>": where an upload goes
 };
 
 struct DataVolumeView {
@@ -118,6 +127,7 @@ struct EventToPost {
 struct DataVolumePlan {
   std::optional<Json> create_source;  // a wisp.dev VolumeImportSource to create
   std::optional<Json> create_pvc;     // the PVC to create
+  std::optional<Json> annotate;       // a merge patch of the DataVolume's metadata.annotations
   std::optional<Json> status;         // the new .status, when it differs from the stored one
   std::vector<EventToPost> events;
   std::string phase;  // the phase `status` carries (or the stored one)

@@ -60,6 +60,7 @@ class PopulateControllerTest : public ::testing::Test {
                                {"volumeBindingMode", "Immediate"}});
     PopulateControllerOptions options;
     options.poll_interval = 50ms;
+    options.upload_poll_interval = 100ms;
     options.initial_backoff = 20ms;
     options.reflector.watch_timeout = std::chrono::seconds(1);
     options.reflector.initial_backoff = 20ms;
@@ -208,6 +209,100 @@ TEST_F(PopulateControllerTest, FailedImportFailsTheDataVolumeNamingTheCause) {
   EXPECT_EQ(api_.Find(kube::kPersistentVolumeClaims, "vms", "bad")
                 ->value("/spec/volumeName"_json_pointer, std::string()),
             "");
+}
+
+// Tests an upload DataVolume: an upload VolumeImportSource and the PVC naming it, the prime, the
+// DataVolume UploadScheduled then UploadReady and annotated with the volume's id, an upload that
+// fails (a Warning, still UploadReady, nothing handed over), then one that succeeds: the PV is
+// handed over and the DataVolume Succeeded, with CDI's upload events.
+TEST_F(PopulateControllerTest, UploadDataVolumeToSucceeded) {
+  Json dv = HttpDataVolume("up");
+  dv["spec"]["source"] = {{"upload", Json::object()}};
+  api_.Put(kube::kDataVolumes, dv);
+  controller_->Start();
+
+  ASSERT_TRUE(api_.WaitFor(kube::kVolumeImportSources, "vms", "up",
+                           [](const Found& o) { return o.has_value(); }));
+  EXPECT_EQ((*api_.Find(kube::kVolumeImportSources, "vms", "up"))["spec"]["source"],
+            Json({{"upload", Json::object()}}));
+  ASSERT_TRUE(api_.WaitFor(kube::kPersistentVolumeClaims, "vms", "up",
+                           [](const Found& o) { return o.has_value(); }));
+  const Json pvc = *api_.Find(kube::kPersistentVolumeClaims, "vms", "up");
+  EXPECT_EQ(pvc["spec"]["dataSourceRef"],
+            Json({{"apiGroup", "wisp.dev"}, {"kind", "VolumeImportSource"}, {"name", "up"}}));
+  const std::string uid = pvc["metadata"]["uid"];
+  const std::string prime_name = "wisp-prime-" + uid;
+  ASSERT_TRUE(api_.WaitFor(kube::kPersistentVolumeClaims, "vms", prime_name,
+                           [](const Found& o) { return o.has_value(); }));
+  const Json prime = *api_.Find(kube::kPersistentVolumeClaims, "vms", prime_name);
+  ASSERT_TRUE(WaitPhase("up", "UploadScheduled")) << Phase("up");
+  EXPECT_FALSE(api_.Find(kube::kDataVolumes, "vms", "up")
+                   ->contains("/metadata/annotations/wisp.dev~1upload-volume-id"_json_pointer));
+
+  // external-provisioner's CreateVolume made the upload target; it waits for the bytes.
+  const std::string volume = "pvc-" + prime["metadata"]["uid"].get<std::string>();
+  volumes_.Set(volume, v1::UPLOAD_READY, "N/A", "waiting for an upload");
+  ASSERT_TRUE(WaitPhase("up", "UploadReady")) << Phase("up");
+  ASSERT_TRUE(api_.WaitFor(kube::kDataVolumes, "vms", "up", [&](const Found& o) {
+    return o && o->value("/metadata/annotations/wisp.dev~1upload-volume-id"_json_pointer,
+                         std::string()) == "v-" + volume;
+  }));
+  Json ready = *api_.Find(kube::kDataVolumes, "vms", "up");
+  for (const auto& c : ready["status"]["conditions"]) {
+    if (c["type"] == "Running") {
+      EXPECT_EQ(c["status"], "True");
+      EXPECT_EQ(c["message"], "waiting for an upload: wispctl datavolume upload vms/up FILE");
+    }
+  }
+  // The DataVolume's spec is never written: only its annotation and status.
+  for (const auto& w : api_.Writes()) {
+    if (w.plural == "datavolumes" && w.subresource.empty()) {
+      EXPECT_FALSE(w.body.contains("spec")) << w.body.dump();
+    }
+  }
+
+  // A bad image: wisp-populator sends the volume back to UPLOAD_READY with the cause.
+  const std::string cause = "upload failed: sha256 mismatch; PUT the image again to retry";
+  volumes_.Set(volume, v1::UPLOAD_READY, "N/A", cause);
+  auto upload_failures = [&] {
+    int n = 0;
+    for (const Json& e : api_.All(kube::kEvents)) {
+      n += e["reason"] == "UploadFailed" && e["message"] == cause;
+    }
+    return n;
+  };
+  for (int i = 0; i < 200 && upload_failures() == 0; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(upload_failures(), 1);
+  EXPECT_EQ(Phase("up"), "UploadReady");
+  EXPECT_EQ(api_.Find(kube::kPersistentVolumeClaims, "vms", "up")
+                ->value("/spec/volumeName"_json_pointer, std::string()),
+            "");
+
+  // The upload runs, then completes; external-provisioner's next CreateVolume returns the volume.
+  volumes_.Set(volume, v1::UPLOAD_IN_PROGRESS, "40.00%", "upload in progress");
+  ASSERT_TRUE(api_.WaitFor(kube::kDataVolumes, "vms", "up", [](const Found& o) {
+    return o && o->value("/status/progress"_json_pointer, std::string()) == "40.00%";
+  }));
+  volumes_.Set(volume, v1::SUCCEEDED, "100.0%");
+  const std::string pv = ProvisionPrime(prime);
+  ASSERT_TRUE(api_.WaitFor(kube::kPersistentVolumes, "", pv, [&](const Found& o) {
+    return o && o->value("/spec/claimRef/uid"_json_pointer, std::string()) == uid;
+  }));
+  Json bound = *api_.Find(kube::kPersistentVolumeClaims, "vms", "up");
+  bound["spec"]["volumeName"] = pv;
+  bound["status"] = {{"phase", "Bound"}};
+  api_.Put(kube::kPersistentVolumeClaims, bound);
+  ASSERT_TRUE(WaitPhase("up", "Succeeded")) << Phase("up");
+  ASSERT_TRUE(api_.WaitFor(kube::kPersistentVolumeClaims, "vms", prime_name,
+                           [](const Found& o) { return !o.has_value(); }));
+
+  std::vector<std::string> reasons;
+  for (const Json& e : api_.All(kube::kEvents)) reasons.push_back(e["reason"]);
+  for (const char* want :
+       {"Populating", "Populated", "UploadScheduled", "UploadReady", "UploadSucceeded"}) {
+    EXPECT_NE(std::find(reasons.begin(), reasons.end(), want), reasons.end()) << want;
+  }
+  EXPECT_EQ(std::find(reasons.begin(), reasons.end(), "ImportScheduled"), reasons.end());
 }
 
 // Tests that a replica that does not lead writes nothing, and one that starts leading catches up.

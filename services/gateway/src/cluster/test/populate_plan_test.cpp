@@ -314,6 +314,103 @@ TEST(PlanDataVolume, AnUnchangedDataVolumeIsNotWrittenAgain) {
   EXPECT_TRUE(moved.events.empty());
 }
 
+// Tests that source.upload gets a VolumeImportSource with an upload source and a PVC naming it,
+// as http and blank do.
+TEST(PlanDataVolume, UploadSourceGetsAnUploadImportSourceAndAPvcNamingIt) {
+  Json dv = HttpDataVolume();
+  dv["spec"]["source"] = {{"upload", Json::object()}};
+  DataVolumePlan plan = PlanDataVolume({&dv}, {}, "t");
+  ASSERT_TRUE(plan.create_source.has_value());
+  EXPECT_EQ((*plan.create_source)["spec"]["source"], Json({{"upload", Json::object()}}));
+  ASSERT_TRUE(plan.create_pvc.has_value());
+  EXPECT_EQ((*plan.create_pvc)["spec"]["dataSourceRef"],
+            Json({{"apiGroup", "wisp.dev"}, {"kind", "VolumeImportSource"}, {"name", "fedora"}}));
+  EXPECT_EQ(plan.phase, "Pending");
+  EXPECT_FALSE(plan.annotate.has_value());
+}
+
+// Tests the phases of an upload DataVolume, as CDI's: UploadScheduled until the upload target
+// exists, UploadReady (annotated with the volume's id) while it waits and while the bytes arrive,
+// UploadReady with a Warning when an upload failed, Succeeded once the PVC is bound; never
+// Succeeded before.
+TEST(PlanDataVolume, UploadPhasesFollowTheUploadTarget) {
+  Fixture f;
+  f.dv["spec"]["source"] = {{"upload", Json::object()}};
+  DataVolumeView view{&f.dv, &f.pvc, nullptr, &f.sc, &f.prime};
+  view.pvc_plan_message = "populating PVC vms/fedora through wisp-prime-u-1";
+  DataVolumePlan plan = PlanDataVolume(view, {}, "t");
+  EXPECT_EQ(plan.phase, "UploadScheduled");
+  EXPECT_FALSE(plan.annotate.has_value());
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_EQ(plan.events[0].reason, "UploadScheduled");
+  EXPECT_EQ(plan.events[0].message, "Upload into fedora scheduled");
+  f.dv["status"] = *plan.status;
+
+  view.volume = VolumeView{"UPLOAD_READY", "N/A", "waiting for an upload: ...", "v-abc"};
+  plan = PlanDataVolume(view, {}, "t");
+  EXPECT_EQ(plan.phase, "UploadReady");
+  EXPECT_EQ((*plan.status)["progress"], "N/A");
+  ASSERT_TRUE(plan.annotate.has_value());
+  EXPECT_EQ(*plan.annotate,
+            Json::parse(R"({"metadata":{"annotations":{"wisp.dev/upload-volume-id":"v-abc"}}})"));
+  const Json* running = Condition(*plan.status, "Running");
+  EXPECT_EQ((*running)["status"], "True");
+  EXPECT_EQ((*running)["message"],
+            "waiting for an upload: wispctl datavolume upload vms/fedora FILE");
+  EXPECT_EQ((*Condition(*plan.status, "Ready"))["reason"], "TransferRunning");
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_EQ(plan.events[0].reason, "UploadReady");
+  EXPECT_EQ(plan.events[0].message, "Upload into fedora ready");
+  f.dv["status"] = *plan.status;
+  f.dv["metadata"]["annotations"] = (*plan.annotate)["metadata"]["annotations"];
+  plan = PlanDataVolume(view, {}, "t");
+  EXPECT_FALSE(plan.annotate.has_value());
+  EXPECT_FALSE(plan.status.has_value());
+  EXPECT_TRUE(plan.events.empty());
+
+  // A checksum mismatch: still UploadReady, the cause in Running, one Warning.
+  view.volume->message = "upload failed: sha256 mismatch; PUT the image again to retry";
+  plan = PlanDataVolume(view, {}, "t");
+  EXPECT_EQ(plan.phase, "UploadReady");
+  EXPECT_EQ((*Condition(*plan.status, "Running"))["message"], view.volume->message);
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_EQ(plan.events[0].type, "Warning");
+  EXPECT_EQ(plan.events[0].reason, "UploadFailed");
+  f.dv["status"] = *plan.status;
+  EXPECT_TRUE(PlanDataVolume(view, {}, "t").events.empty());
+
+  view.volume = VolumeView{"UPLOAD_IN_PROGRESS", "62.50%", "upload in progress", "v-abc"};
+  plan = PlanDataVolume(view, {}, "t");
+  EXPECT_EQ(plan.phase, "UploadReady");
+  EXPECT_EQ((*plan.status)["progress"], "62.50%");
+  EXPECT_TRUE(plan.events.empty());
+
+  // The bytes are in, the PVC not bound yet: not Succeeded.
+  view.volume = VolumeView{"SUCCEEDED", "100.0%", "", "v-abc"};
+  plan = PlanDataVolume(view, {}, "t");
+  EXPECT_EQ(plan.phase, "UploadReady");
+  EXPECT_EQ((*plan.status)["progress"], "100.0%");
+
+  f.pvc["spec"]["volumeName"] = "pvc-p-1";
+  f.pvc["status"]["phase"] = "Bound";
+  view.prime = nullptr;
+  plan = PlanDataVolume(view, {}, "t");
+  EXPECT_EQ(plan.phase, "Succeeded");
+  EXPECT_EQ((*Condition(*plan.status, "Running"))["message"], "Upload Complete");
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_EQ(plan.events[0].reason, "UploadSucceeded");
+  EXPECT_EQ(plan.events[0].message, "Successfully uploaded into fedora");
+}
+
+// Tests that an upload DataVolume of a WaitForFirstConsumer class waits for the node, as an import.
+TEST(PlanDataVolume, UploadWaitsForTheFirstConsumerToo) {
+  Fixture f;
+  f.dv["spec"]["source"] = {{"upload", Json::object()}};
+  f.sc = Class("WaitForFirstConsumer");
+  DataVolumeView view{&f.dv, &f.pvc, nullptr, &f.sc, nullptr};
+  EXPECT_EQ(PlanDataVolume(view, {}, "t").phase, "PendingPopulation");
+}
+
 TEST(Rfc3339, FormatsUtcSeconds) { EXPECT_EQ(Rfc3339(0), "1970-01-01T00:00:00Z"); }
 
 }  // namespace
