@@ -327,20 +327,21 @@ Verdict EvaluateVolumeImportSource(const AdmissionInput& in, const Policy& polic
   }
   std::vector<std::string> causes;
   const Json* source = k8s::Find(in.object, {"spec", "source"});
-  static const std::set<std::string> kTypes = {"http", "blank", "pvc"};
+  static const std::set<std::string> kTypes = {"http", "blank", "pvc", "upload"};
   size_t count = 0;
   if (source != nullptr && source->is_object()) {
     for (auto it = source->begin(); it != source->end(); ++it) {
       if (kTypes.count(it.key()) == 0) {
         causes.push_back("spec.source." + it.key() +
                          ": Unsupported value: supported values: "
-                         "\"http\", \"blank\", \"pvc\"");
+                         "\"http\", \"blank\", \"pvc\", \"upload\"");
       }
       ++count;
     }
   }
   if (count != 1) {
-    causes.push_back("spec.source: exactly one import source (http, blank or pvc) is required");
+    causes.push_back(
+        "spec.source: exactly one import source (http, blank, pvc or upload) is required");
   }
   if (const Json* http = source != nullptr ? k8s::Find(*source, {"http"}) : nullptr) {
     std::string url = k8s::GetString(*http, {"url"});

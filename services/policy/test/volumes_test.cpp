@@ -195,15 +195,25 @@ TEST(VolumeImportSourceTest, ValidatesRecordsAndIsImmutable) {
   EXPECT_FALSE(u.allowed);
   EXPECT_EQ(u.message, "Cannot update VolumeImportSource Spec");
 
+  // An upload source (what wisp's DataVolume controller makes of source.upload) is recorded.
+  Json upload = GoldenVis();
+  upload["spec"]["source"] = {{"upload", Json::object()}};
+  Verdict up = EvaluateVolumeImportSource(
+      Input("wisp.dev", "VolumeImportSource", "CREATE", upload.dump(), "vms"), Policy{});
+  ASSERT_TRUE(up.allowed) << up.message;
+  v1::PopulationRecord ur;
+  ASSERT_TRUE(ur.ParseFromString(up.writes.at(0).value));
+  EXPECT_TRUE(ur.source().has_upload());
+
   struct Case {
     std::string name;
     std::function<void(Json&)> edit;
     std::string message;
   } cases[] = {
       {"no source", [](Json& s) { s["spec"].erase("source"); },
-       "spec.source: exactly one import source (http, blank or pvc) is required"},
+       "spec.source: exactly one import source (http, blank, pvc or upload) is required"},
       {"two sources", [](Json& s) { s["spec"]["source"]["blank"] = Json::object(); },
-       "spec.source: exactly one import source (http, blank or pvc) is required"},
+       "spec.source: exactly one import source (http, blank, pvc or upload) is required"},
       {"bad checksum", [](Json& s) { s["spec"]["source"]["http"]["sha256"] = "abc"; },
        "spec.source.http.sha256: Invalid value: \"abc\": must be 64 lower-case hexadecimal "
        "characters"},
