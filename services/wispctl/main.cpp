@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "admit.hpp"
+#include "datavolume.hpp"
 #include "keys.hpp"
 #include "status.hpp"
 #include "token.hpp"
@@ -23,6 +24,7 @@ COMMANDS
     token      issue, verify or exchange a token (issue | verify | exchange)
     keys       list, rotate, taint or revoke wisp-token's signing keys
     volume     create, get, list, watch or upload a populated volume
+    datavolume upload an image into a CDI DataVolume with spec.source.upload (on a cluster)
     version    print the version
 
     `wispctl COMMAND --help` documents each command's options.
@@ -31,6 +33,8 @@ ENVIRONMENT
     WISP_NATS_URL, WISP_NATS_USER, WISP_NATS_PASSWORD_FILE, WISP_NATS_CA, WISP_NATS_CERT,
     WISP_NATS_KEY, WISP_GATEWAY_URL, WISP_CA_FILE: as written by scripts/local-up to
     var/local/endpoints.env (`set -a; . var/local/endpoints.env; set +a`).
+    KUBECONFIG: the cluster `wispctl datavolume` reads DataVolumes from (else in-cluster, else
+    ~/.kube/config).
     Secrets (--nats-password, --nats-token, --token) are refused on the command line, where
     `ps` shows them to every user: use their -file forms or their WISP_* variables.
 
@@ -57,6 +61,7 @@ int main(int argc, char** argv) {
   if (command == "token") return wisp::wispctl::RunToken(args);
   if (command == "keys") return wisp::wispctl::RunKeys(args);
   if (command == "volume") return wisp::wispctl::RunVolume(args);
+  if (command == "datavolume") return wisp::wispctl::RunDataVolume(args);
   std::cerr << "wispctl: unknown command \"" << command << "\" (see wispctl --help)\n";
   return 2;
 }

@@ -41,8 +41,8 @@ std::string HumanBytes(double b) {
   return buf;
 }
 
-int Fail(const absl::Status& status) {
-  std::cerr << "wispctl volume upload: " << status.message() << "\n";
+int Fail(const std::string& command, const absl::Status& status) {
+  std::cerr << command << ": " << status.message() << "\n";
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
@@ -50,8 +50,9 @@ int Fail(const absl::Status& status) {
 
 absl::StatusOr<http::ClientPtr> NewUploadClient(const std::string& ca_file,
                                                 std::chrono::milliseconds connect_timeout,
-                                                std::chrono::milliseconds io_timeout) {
-  auto client = http::NewClient({.tls = {.ca_file = ca_file},
+                                                std::chrono::milliseconds io_timeout,
+                                                const std::string& server_name) {
+  auto client = http::NewClient({.tls = {.ca_file = ca_file, .server_name = server_name},
                                  .connect_timeout = connect_timeout,
                                  .read_timeout = io_timeout,
                                  .user_agent = "wispctl/" WISP_VERSION,
@@ -104,67 +105,68 @@ absl::StatusOr<PutResult> PutFile(http::Client& client, const PutRequest& reques
   return PutResult{res.status, std::move(res.body)};
 }
 
-int RunUpload(const std::vector<std::string>& args) {
-  Connection connection;
-  std::string gateway_url = "https://localhost:8443", ca_file, file, sha256;
-  std::chrono::milliseconds token_ttl = std::chrono::minutes(5), finish = std::chrono::minutes(10);
-  config::Flags flags("wispctl volume upload", "upload a local image into an upload volume");
-  flags.Description(
-      "Uploads FILE (raw or qcow2, optionally gz/xz/zst compressed: detected by content) into "
-      "the volume NAME, which must have been created with --upload. Gets an upload token from "
-      "wisp-token, PUTs the file to the gateway's /v1/upload/<volume> over HTTPS, shows progress "
-      "on a terminal, and exits 0 once the volume is Succeeded.");
-  AddConnectionFlags(flags, connection);
-  flags.String("gateway-url", &gateway_url, "https:// URL of wisp-gateway.");
-  flags.String("ca-file", &ca_file, "PEM CA bundle that signed the gateway's certificate.");
-  flags.String("file", &file, "The image to upload (or give it as the second argument).");
-  flags.String("sha256", &sha256, "Expected sha256 of FILE; the populator verifies it.");
-  flags.Duration("token-ttl", &token_ttl, "Lifetime of the upload token (60s..1h).");
-  flags.Duration("upload-timeout", &finish,
+void AddUploadFlags(config::Flags& flags, UploadOptions& options) {
+  flags.String("gateway-url", &options.gateway_url, "https:// URL of wisp-gateway.");
+  flags.String("ca-file", &options.ca_file, "PEM CA bundle that signed the gateway's certificate.");
+  flags.String("gateway-server-name", &options.server_name,
+               "The name the gateway's certificate is checked for (and SNI), when --gateway-url "
+               "reaches it through another address, e.g. wisp-gateway.wisp-system.svc through "
+               "kubectl port-forward (default: the URL's host).");
+  flags.String("file", &options.file, "The image to upload (or give it as the second argument).");
+  flags.String("sha256", &options.sha256, "Expected sha256 of FILE; the populator verifies it.");
+  flags.Duration("token-ttl", &options.token_ttl, "Lifetime of the upload token (60s..1h).");
+  flags.Duration("upload-timeout", &options.finish,
                  "How long to wait, after the last byte, for the volume to be converted and "
                  "verified.");
-  int code = 0;
-  if (!ParseCommand(flags, "wispctl volume upload", args, code)) return code;
-  const auto& pos = flags.Positional();
-  if (pos.size() == 2 && file.empty()) file = pos[1];
-  if (pos.empty() || pos.size() > 2 || (pos.size() == 2 && file != pos[1]) || file.empty()) {
-    std::cerr << "wispctl volume upload: want NAME|ID and FILE (or --file FILE)\n";
-    return 2;
+}
+
+absl::Status TakeFileArgument(const std::vector<std::string>& positional, UploadOptions& options,
+                              const std::string& want) {
+  if (positional.size() == 2 && options.file.empty()) options.file = positional[1];
+  if (positional.empty() || positional.size() > 2 ||
+      (positional.size() == 2 && options.file != positional[1]) || options.file.empty()) {
+    return absl::InvalidArgumentError("want " + want + " and FILE (or --file FILE)");
   }
-  if (::access(file.c_str(), R_OK) != 0) {
-    return Fail(absl::InvalidArgumentError("FILE: cannot read " + file));
+  if (::access(options.file.c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError("FILE: cannot read " + options.file);
   }
-  auto bus = Connect(connection);
-  if (!bus.ok()) return Fail(bus.status());
-  auto volume = GetVolumeByRef(**bus, pos[0], connection.timeout);
-  if (!volume.ok()) return Fail(volume.status());
-  const std::string id = volume->volume_id(), name = volume->spec().name();
-  if (!volume->spec().source().has_upload()) {
-    return Fail(absl::FailedPreconditionError(
-        "volume " + name + " is not an upload target (create it with --upload)"));
+  return absl::OkStatus();
+}
+
+int UploadToVolume(bus::Bus& bus, const Connection& connection, const v1::VolumeStatus& volume,
+                   UploadOptions options, const std::string& command) {
+  const std::string id = volume.volume_id(), name = volume.spec().name();
+  if (!volume.spec().source().has_upload()) {
+    return Fail(command,
+                absl::FailedPreconditionError(
+                    "volume " + name + " is not an upload target (create it with --upload)"));
   }
   v1::UploadTokenRequest treq;
   treq.set_volume_id(id);
-  treq.set_name(name);
-  treq.set_namespace_(volume->spec().pvc_namespace());
-  treq.set_expiration_seconds(std::chrono::duration_cast<std::chrono::seconds>(token_ttl).count());
-  auto token = bus::Call<v1::UploadTokenResponse>(**bus, bus::subjects::kTokenUpload, treq,
+  treq.set_name(options.name.empty() ? name : options.name);
+  treq.set_namespace_(options.namespace_.empty() ? volume.spec().pvc_namespace()
+                                                 : options.namespace_);
+  treq.set_expiration_seconds(
+      std::chrono::duration_cast<std::chrono::seconds>(options.token_ttl).count());
+  auto token = bus::Call<v1::UploadTokenResponse>(bus, bus::subjects::kTokenUpload, treq,
                                                   connection.timeout);
-  if (!token.ok()) return Fail(token.status());
+  if (!token.ok()) return Fail(command, token.status());
 
   PutRequest put;
+  std::string gateway_url = options.gateway_url;
   while (!gateway_url.empty() && gateway_url.back() == '/') gateway_url.pop_back();
   put.url = gateway_url + "/v1/upload/" + id;
-  put.file = file;
-  put.finish_timeout = finish;
+  put.file = options.file;
+  put.finish_timeout = options.finish;
   put.bearer_token = token->token();
-  if (!sha256.empty()) put.headers["X-Wisp-Sha256"] = sha256;
-  auto client = NewUploadClient(ca_file, put.connect_timeout, put.io_timeout);
-  if (!client.ok()) return Fail(client.status());
+  if (!options.sha256.empty()) put.headers["X-Wisp-Sha256"] = options.sha256;
+  auto client =
+      NewUploadClient(options.ca_file, put.connect_timeout, put.io_timeout, options.server_name);
+  if (!client.ok()) return Fail(command, client.status());
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
   auto last_draw = start - std::chrono::seconds(1);
-  std::cerr << "uploading " << file << " to " << name << " (" << id << ")\n";
+  std::cerr << "uploading " << options.file << " to " << name << " (" << id << ")\n";
   auto result = PutFile(**client, put, [&](uint64_t sent, uint64_t total) {
     if (!tty) return;
     auto now = std::chrono::steady_clock::now();
@@ -181,7 +183,7 @@ int RunUpload(const std::vector<std::string>& args) {
               << (sent == total ? "  converting and verifying..." : "") << std::flush;
   });
   if (tty) std::cerr << "\n";
-  if (!result.ok()) return Fail(result.status());
+  if (!result.ok()) return Fail(command, result.status());
   if (result->status != 200) {
     std::string message = result->body;
     try {
@@ -189,19 +191,43 @@ int RunUpload(const std::vector<std::string>& args) {
       if (j.contains("error")) message = j["error"].get<std::string>();
     } catch (...) {
     }
-    std::cerr << "wispctl volume upload: HTTP " << result->status << ": " << message << "\n";
+    std::cerr << command << ": HTTP " << result->status << ": " << message << "\n";
     return 1;
   }
   // The gateway answers once disk.img is in place; read the record to show what is stored.
-  auto after = GetVolumeByRef(**bus, id, connection.timeout);
-  if (!after.ok()) return Fail(after.status());
+  auto after = GetVolumeByRef(bus, id, connection.timeout);
+  if (!after.ok()) return Fail(command, after.status());
   std::cout << FormatVolume(*after);
   if (after->phase() != v1::SUCCEEDED) {
-    std::cerr << "wispctl volume upload: " << name << " is " << PhaseName(after->phase()) << ": "
+    std::cerr << command << ": " << name << " is " << PhaseName(after->phase()) << ": "
               << after->message() << "\n";
     return 1;
   }
   return 0;
+}
+
+int RunUpload(const std::vector<std::string>& args) {
+  const std::string command = "wispctl volume upload";
+  Connection connection;
+  UploadOptions options;
+  config::Flags flags(command, "upload a local image into an upload volume");
+  flags.Description(
+      "Uploads FILE (raw or qcow2, optionally gz/xz/zst compressed: detected by content) into "
+      "the volume NAME, which must have been created with --upload. Gets an upload token from "
+      "wisp-token, PUTs the file to the gateway's /v1/upload/<volume> over HTTPS, shows progress "
+      "on a terminal, and exits 0 once the volume is Succeeded. For a DataVolume with "
+      "spec.source.upload on a cluster, use `wispctl datavolume upload NAMESPACE/NAME FILE`.");
+  AddConnectionFlags(flags, connection);
+  AddUploadFlags(flags, options);
+  int code = 0;
+  if (!ParseCommand(flags, command, args, code)) return code;
+  const auto& pos = flags.Positional();
+  if (auto st = TakeFileArgument(pos, options, "NAME|ID"); !st.ok()) return Fail(command, st);
+  auto bus = Connect(connection);
+  if (!bus.ok()) return Fail(command, bus.status());
+  auto volume = GetVolumeByRef(**bus, pos[0], connection.timeout);
+  if (!volume.ok()) return Fail(command, volume.status());
+  return UploadToVolume(**bus, connection, *volume, options, command);
 }
 
 }  // namespace wisp::wispctl

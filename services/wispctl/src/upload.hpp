@@ -18,12 +18,34 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "wisp/http/client.hpp"
 #include "wisp/status/status.hpp"
+#include "wisp/v1/volume.pb.h"
 
 namespace wisp::wispctl {
 
 int RunUpload(const std::vector<std::string>& args);
+
+// What an upload needs besides the volume: flags shared by `volume upload` and `datavolume upload`.
+struct UploadOptions {
+  std::string gateway_url = "https://localhost:8443";
+  std::string ca_file;
+  std::string server_name;  // --gateway-server-name
+  std::string file;
+  std::string sha256;
+  std::chrono::milliseconds token_ttl = std::chrono::minutes(5);
+  std::chrono::milliseconds finish = std::chrono::minutes(10);
+  std::string name, namespace_;  // for the upload token's claims ("" = the volume's)
+};
+void AddUploadFlags(config::Flags& flags, UploadOptions& options);
+// FILE as the second positional argument (or --file), readable; InvalidArgument otherwise.
+absl::Status TakeFileArgument(const std::vector<std::string>& positional, UploadOptions& options,
+                              const std::string& want);
+// Token, PUT, outcome (the steps above) for `volume`; messages start with `command`. Returns the
+// exit code.
+int UploadToVolume(bus::Bus& bus, const Connection& connection, const v1::VolumeStatus& volume,
+                   UploadOptions options, const std::string& command);
 
 struct PutResult {
   int status = 0;
@@ -42,9 +64,12 @@ struct PutRequest {
 
 // The client PutFile() sends through: TLS verified against `ca_file` ("" = the system roots).
 // InvalidArgument naming --ca-file when it cannot be loaded.
+// `server_name` ("" = the URL's host): the name the gateway's certificate must carry, for a
+// gateway reached through another address (kubectl port-forward).
 absl::StatusOr<http::ClientPtr> NewUploadClient(const std::string& ca_file,
                                                 std::chrono::milliseconds connect_timeout,
-                                                std::chrono::milliseconds io_timeout);
+                                                std::chrono::milliseconds io_timeout,
+                                                const std::string& server_name = "");
 
 // Streams `file` as the body of an HTTPS PUT; `progress(sent, total)` is called as bytes go out.
 // A non-2xx answer is a result, not an error; errors are connection, TLS and file failures, in

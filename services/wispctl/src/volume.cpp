@@ -37,7 +37,8 @@ SYNOPSIS
     wispctl volume delete NAME|ID
 
     Each subcommand takes the connection options (--nats-url, --nats-user, ...); see
-    `wispctl volume SUBCOMMAND --help`.
+    `wispctl volume SUBCOMMAND --help`. For a CDI DataVolume with spec.source.upload on a
+    cluster: `wispctl datavolume upload NAMESPACE/NAME FILE`.
 )";
 
 bool IsVolumeId(const std::string& s) {
