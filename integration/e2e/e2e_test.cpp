@@ -789,6 +789,122 @@ TEST(Story3Population, BadSourcesFailNamingTheCauseAndBindNothing) {
   }
 }
 
+// wispctl as an operator runs it against this cluster: its NATS user (the only one wisp-token
+// gives upload tokens to), the gateway's URL and CA, and the cluster's kubeconfig.
+CommandResult Wispctl(std::vector<std::string> args, std::chrono::seconds timeout = 240s) {
+  for (auto& a : g_stack->WispctlArgs()) args.push_back(a);
+  args.insert(args.end(), {"--kubeconfig", g_kube->kubeconfig()});
+  auto p = Process::Start({.path = BinaryPath("wispctl"),
+                           .args = args,
+                           .env = {{"WISP_GATEWAY_URL", g_stack->gateway_url()},
+                                   {"WISP_CA_FILE", g_stack->ca_file()}}});
+  if (!p.ok()) return {-1, std::string(p.status().message())};
+  auto code = (*p)->Wait(timeout);
+  return {code.value_or(-1), (*p)->Log()};
+}
+
+// A DataVolume with spec.source.upload, as CDI's users write it: wisp's DataVolume controller
+// gives it an upload VolumeImportSource and its PVC; the prime, provisioned by the real
+// external-provisioner, is a volume waiting for the bytes; the DataVolume goes UploadReady,
+// annotated with that volume's id. An upload whose checksum does not match binds nothing and
+// leaves it UploadReady; `wispctl datavolume upload` of the qcow2 image then fills it, the PV is
+// handed over, and the DataVolume ends Succeeded holding what `qemu-img convert -O raw` makes of
+// the image.
+TEST(Story3Population, UploadDataVolumeSucceedsHoldingTheUploadedBytes) {
+  ASSERT_EQ(g_population_unavailable, "");
+  const std::string manifest =
+      "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: uploaded, "
+      "namespace: vms}\nspec:\n  source: {upload: {}}\n  storage:\n"
+      "    storageClassName: wisp-populated\n    resources: {requests: {storage: 64Mi}}\n";
+  Created created = Create(manifest);
+  ASSERT_EQ(created.exit_code, 0) << created.output;
+  auto dv = [] { return GetJson({"-n", "vms", "datavolume", "uploaded"}); };
+  std::vector<std::string> phases;
+  Json pending = WaitUntil(
+      dv, [](const Json& d) { return Phase(d) == "PendingPopulation"; }, 60s, &phases);
+  ASSERT_EQ(Phase(pending), "PendingPopulation") << pending.dump(2);
+  Json vis = GetJson({"-n", "vms", "volumeimportsources.wisp.dev", "uploaded"});
+  ASSERT_TRUE(vis.is_object());
+  EXPECT_EQ(vis["spec"]["source"], Json({{"upload", Json::object()}}));
+  Json pvc = GetJson({"-n", "vms", "pvc", "uploaded"});
+  ASSERT_TRUE(pvc.is_object());
+  EXPECT_EQ(pvc["spec"]["dataSourceRef"],
+            Json({{"apiGroup", "wisp.dev"}, {"kind", "VolumeImportSource"}, {"name", "uploaded"}}));
+
+  ChooseNodeForClaim("uploaded");
+  Json ready = WaitUntil(
+      dv,
+      [](const Json& d) {
+        return Phase(d) == "UploadReady" &&
+               !d.value("/metadata/annotations/wisp.dev~1upload-volume-id"_json_pointer, "")
+                    .empty();
+      },
+      120s, &phases);
+  ASSERT_EQ(Phase(ready), "UploadReady") << ready.dump(2);
+  const std::string volume_id =
+      ready.value("/metadata/annotations/wisp.dev~1upload-volume-id"_json_pointer, "");
+  ASSERT_NE(volume_id, "") << ready.dump(2);
+  std::cout << "uploaded: " << Join(phases) << ", uploads go to volume " << volume_id << std::endl;
+  const Json* running = ConditionOf(ready, "Running");
+  ASSERT_NE(running, nullptr);
+  EXPECT_EQ(running->value("status", ""), "True") << ready.dump(2);
+
+  // A checksum that does not match: refused, nothing bound, still UploadReady, a Warning.
+  CommandResult bad = Wispctl({"datavolume", "upload", "vms/uploaded", g_images_dir + "/disk.qcow2",
+                               "--sha256", std::string(64, '0')});
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  std::cout << "uploaded: a bad checksum: " << bad.output << std::endl;
+  Json after_bad = WaitUntil(
+      [] { return Json(EventReasons("DataVolume", "uploaded")); },
+      [](const Json& r) { return r.get<std::string>().find("UploadFailed") != std::string::npos; },
+      30s);
+  EXPECT_NE(after_bad.get<std::string>().find("UploadFailed"), std::string::npos) << after_bad;
+  EXPECT_EQ(Phase(dv()), "UploadReady");
+  EXPECT_EQ(Phase(GetJson({"-n", "vms", "pvc", "uploaded"})), "Pending");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  CommandResult up =
+      Wispctl({"datavolume", "upload", "vms/uploaded", g_images_dir + "/disk.qcow2"});
+  std::cout << "uploaded: wispctl datavolume upload exited " << up.exit_code << " after "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - t0)
+                   .count()
+            << " ms:\n"
+            << up.output << std::endl;
+  ASSERT_EQ(up.exit_code, 0) << up.output;
+  Json done = WaitUntil(
+      dv, [](const Json& d) { return Phase(d) == "Succeeded" || Phase(d) == "Failed"; }, 60s,
+      &phases);
+  ASSERT_EQ(Phase(done), "Succeeded") << done.dump(2);
+  std::cout << "uploaded: " << Join(phases) << std::endl;
+  EXPECT_EQ(done["status"].value("progress", ""), "100.0%");
+  const Json* ok = ConditionOf(done, "Ready");
+  ASSERT_NE(ok, nullptr);
+  EXPECT_EQ(ok->value("status", ""), "True");
+
+  pvc = GetJson({"-n", "vms", "pvc", "uploaded"});
+  ASSERT_EQ(Phase(pvc), "Bound") << pvc.dump(2);
+  Json pv = GetJson({"pv", pvc["spec"].value("volumeName", "")});
+  ASSERT_TRUE(pv.is_object());
+  const std::string handle = pv["spec"]["csi"].value("volumeHandle", "");
+  EXPECT_EQ(handle, volume_id);
+  const std::string image = g_stack->volume_root() + "/" + handle + "/disk.img";
+  CommandResult cmp = RunArgv({"cmp", g_images_dir + "/expected.raw", image});
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  const std::string prime = "wisp-prime-" + pvc["metadata"].value("uid", "");
+  Json gone = WaitUntil(
+      [&] {
+        return GetJson({"-n", "vms", "pvc", prime});
+      },
+      [](const Json& p) { return p.is_null(); }, 30s);
+  EXPECT_TRUE(gone.is_null()) << "the prime PVC is still there: " << gone.dump(2);
+
+  const std::string reasons = EventReasons("DataVolume", "uploaded");
+  for (const char* want : {"UploadReady ", "UploadFailed ", "UploadSucceeded "}) {
+    EXPECT_NE(reasons.find(want), std::string::npos) << want << " in " << reasons;
+  }
+}
+
 // KEP 1495: without the CrossNamespaceVolumeDataSource gate (alpha, off) the apiserver drops a
 // PVC's dataSourceRef.namespace; wisp then sees, and populates from, a source of the PVC's own
 // namespace only. (A DataVolume naming another namespace is refused: Story3 above.)
