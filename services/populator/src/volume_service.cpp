@@ -247,6 +247,16 @@ absl::StatusOr<v1::VolumeSpec> VolumeService::ResolveSpec(v1::VolumeSpec spec) {
       if (origin == kParamSourceUrl) field = kParamSourceUrl;
       auto url = ParseUrl(source->http().url(), field);
       if (!url.ok()) return url.status();
+      // A record written before wisp refused secretRef (or by a caller of its own): never
+      // imported without the credentials it names, and the credentials are never fetched here.
+      if (!source->http().secret_ref().empty()) {
+        return absl::InvalidArgumentError(
+            origin + ": spec.source.http.secretRef: Unsupported value: \"" +
+            source->http().secret_ref() +
+            "\": wisp-populator does not fetch with credentials from Secrets: an import's source "
+            "is stored in JetStream (wisp_sources, the populate job stream), where a Secret's "
+            "values must not go");
+      }
       break;
     }
     case v1::PopulationSource::kClone: {

@@ -244,6 +244,30 @@ TEST_F(VolumeServiceTest, ResolvesCdiVolumeImportSource) {
   EXPECT_EQ(Get(created->volume_id()).phase(), v1::SUCCEEDED);
 }
 
+// Tests that a record naming a Secret (written before wisp refused secretRef) fails CreateVolume
+// naming the field, and queues no job: never an import without the credentials it asked for.
+TEST_F(VolumeServiceTest, RefusesARecordWithASecretRef) {
+  v1::PopulationRecord vis;
+  vis.set_namespace_("vms");
+  vis.set_kind("VolumeImportSource");
+  vis.set_name("golden");
+  vis.mutable_source()->mutable_http()->set_url(server_.Url("/disk.raw"));
+  vis.mutable_source()->mutable_http()->set_secret_ref("mirror-auth");
+  ASSERT_TRUE(sources_->Put("vms.VolumeImportSource.golden", vis.SerializeAsString()).ok());
+  v1::PopulationRecord pvc;
+  pvc.set_data_source_ref("wisp.dev/VolumeImportSource/golden");
+  ASSERT_TRUE(sources_->Put("vms.PersistentVolumeClaim.vm-disk", pvc.SerializeAsString()).ok());
+  auto st = Create(Spec("pvc-secret", {{kParamPvcName, "vm-disk"}, {kParamPvcNamespace, "vms"}}))
+                .status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("wisp_sources vms.VolumeImportSource.golden: "
+                              "spec.source.http.secretRef: Unsupported value: \"mirror-auth\": "
+                              "wisp-populator does not fetch with credentials from Secrets"),
+            std::string::npos)
+      << st;
+  EXPECT_EQ(bus_.StreamSize(bus::streams::kPopulateJobs), 0u);
+}
+
 // Tests that a record naming an external populator leaves a blank volume in PENDING_POPULATION.
 TEST_F(VolumeServiceTest, ExternalPopulationIsPendingPopulation) {
   v1::PopulationRecord record;
