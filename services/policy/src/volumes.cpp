@@ -66,6 +66,10 @@ bool FillSource(const Json& source, v1::PopulationSource* out, std::vector<std::
   if (const Json* http = k8s::Find(source, {"http"})) {
     auto* h = out->mutable_http();
     h->set_url(k8s::GetString(*http, {"url"}));
+    std::vector<std::string> checked;  // the callers have refused what wisp does not apply
+    k8s::HttpSourceExtras extras = k8s::ReadHttpSource(*http, "spec.source.http", checked);
+    h->set_cert_config_map(extras.cert_config_map);
+    for (auto& [name, value] : extras.headers) (*h->mutable_headers())[name] = value;
     std::string sha = k8s::GetString(*http, {"sha256"});
     if (!sha.empty()) out->set_sha256(sha);
     return true;

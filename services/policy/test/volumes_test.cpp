@@ -709,5 +709,42 @@ TEST(HttpSourceFieldsTest, UnappliedFieldsAreRefusedByEveryKind) {
   EXPECT_TRUE(r.source().http().headers().empty());
 }
 
+// Tests that certConfigMap and extraHeaders, which the import applies, are recorded by every kind
+// that carries CDI's http source; a bad header is refused naming its index.
+TEST(HttpSourceFieldsTest, CertConfigMapAndExtraHeadersAreRecorded) {
+  auto edit = [](Json& http) {
+    http["certConfigMap"] = "mirror-ca";
+    http["extraHeaders"] = Json::array({"X-Tenant: vms", "Accept:application/octet-stream"});
+  };
+  Json dv = GoldenDv();
+  edit(dv["spec"]["source"]["http"]);
+  Json vis = GoldenVis();
+  edit(vis["spec"]["source"]["http"]);
+  Json cdi = CdiVis();
+  edit(cdi["spec"]["source"]["http"]);
+  const Verdict verdicts[] = {
+      EvaluateDataVolume(Dv(dv), Policy{}),
+      EvaluateVolumeImportSource(
+          Input("wisp.dev", "VolumeImportSource", "CREATE", vis.dump(), "vms"), Policy{}),
+      EvaluateCdiVolumeImportSource(CdiVisInput(cdi), Policy{}),
+  };
+  for (const Verdict& v : verdicts) {
+    ASSERT_TRUE(v.allowed) << v.message;
+    v1::PopulationRecord r;
+    ASSERT_TRUE(r.ParseFromString(v.writes.at(0).value));
+    EXPECT_EQ(r.source().http().cert_config_map(), "mirror-ca");
+    ASSERT_EQ(r.source().http().headers().size(), 2u);
+    EXPECT_EQ(r.source().http().headers().at("X-Tenant"), "vms");
+    EXPECT_EQ(r.source().http().headers().at("Accept"), "application/octet-stream");
+    EXPECT_TRUE(r.source().http().ca_pem().empty());  // read when the volume is created
+  }
+  Json bad = CdiVis();
+  bad["spec"]["source"]["http"]["extraHeaders"] = Json::array({"Host: elsewhere"});
+  Verdict d = EvaluateCdiVolumeImportSource(CdiVisInput(bad), Policy{});
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.message.rfind("spec.source.http.extraHeaders[0]: Forbidden: \"Host\": ", 0), 0u)
+      << d.message;
+}
+
 }  // namespace
 }  // namespace wisp::policy

@@ -224,6 +224,10 @@ SourceChoice ChooseSource(const Json& dv, const Json* target) {
       return c;
     }
     Json out = {{"url", k8s::GetString(*http, {"url"})}};
+    // Applied by the import: copied as CDI wrote them (wisp-policy reads them from the source).
+    for (const char* field : {"certConfigMap", "extraHeaders"}) {
+      if (const Json* v = k8s::Find(*http, {field}); v != nullptr && !v->empty()) out[field] = *v;
+    }
     if (auto sha = k8s::GetString(*http, {"checksum"}); sha.rfind("sha256:", 0) == 0) {
       out["sha256"] = sha.substr(7);
     }

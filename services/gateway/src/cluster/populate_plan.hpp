@@ -21,7 +21,10 @@
 //
 // A DataVolume (cdi.kubevirt.io/v1beta1):
 //   - source.http / source.blank: a wisp.dev VolumeImportSource of the DataVolume's name carrying
-//     that source, then a PVC of the DataVolume's name whose dataSourceRef names it;
+//     that source (url, a sha256 checksum, certConfigMap, extraHeaders), then a PVC of the
+//     DataVolume's name whose dataSourceRef names it; an http field wisp does not apply
+//     (k8s/http_source.hpp: secretRef, secretExtraHeaders, insecureSkipVerify: true) fails the
+//     DataVolume naming it, and nothing is created;
 //   - spec.pvc|storage.dataSourceRef: a PVC of the DataVolume's name with that dataSourceRef and
 //     nothing else of CDI's machinery;
 //   - both owned by the DataVolume (controller: true): deleting it deletes them (the garbage

@@ -12,6 +12,13 @@
 //     Secret's values must not be stored outside the apiserver. An empty secretRef ("") and an
 //     empty list are CDI's "none" and pass.
 //   - insecureSkipVerify: true is refused (wisp always verifies the server); false passes.
+//   - certConfigMap (a ConfigMap name) is applied: its values are CA certificates trusted besides
+//     the system roots, as CDI's importer does.
+//   - extraHeaders are applied: each "Name: value" (split at the first colon, the value trimmed
+//     of spaces and tabs, as Go sends CDI's). Refused: a name that is not an HTTP token, a value
+//     with control characters, a header the importer writes itself (Host, Content-Length,
+//     Transfer-Encoding, Connection, Upgrade, TE, Trailer, Keep-Alive, Range, If-Range, Expect,
+//     Proxy-Connection), and a name given twice (CDI would send both; wisp sends a header once).
 //   - Anything else in `http` is left to the caller (the CRD schemas prune unknown fields).
 //
 // Example:

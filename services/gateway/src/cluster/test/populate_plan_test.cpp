@@ -212,6 +212,18 @@ TEST(PlanDataVolume, ChecksumBecomesTheSourcesSha256) {
   EXPECT_EQ((*plan.create_source)["spec"]["source"]["http"]["sha256"], std::string(64, 'a'));
 }
 
+TEST(PlanDataVolume, CertConfigMapAndExtraHeadersGoToTheImportSource) {
+  Json dv = HttpDataVolume();
+  dv["spec"]["source"]["http"]["certConfigMap"] = "mirror-ca";
+  dv["spec"]["source"]["http"]["extraHeaders"] = Json::array({"X-Tenant: vms"});
+  DataVolumePlan plan = PlanDataVolume({&dv}, {}, "t");
+  ASSERT_TRUE(plan.create_source.has_value());
+  EXPECT_EQ((*plan.create_source)["spec"]["source"]["http"],
+            Json({{"url", "https://images.example/f.qcow2.xz"},
+                  {"certConfigMap", "mirror-ca"},
+                  {"extraHeaders", Json::array({"X-Tenant: vms"})}}));
+}
+
 TEST(PlanDataVolume, DataSourceRefGetsOnlyThePvc) {
   Json dv = HttpDataVolume();
   dv["spec"].erase("source");
