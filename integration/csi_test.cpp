@@ -20,6 +20,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "csi_client.hpp"
 #include "wisp/bus/nats_bus.hpp"
@@ -27,7 +28,9 @@
 #include "wisp/bus/subjects.hpp"
 #include "wisp/integration/nats_test.hpp"
 #include "wisp/integration/stack.hpp"
+#include "wisp/populator/testing/test_http_server.hpp"
 #include "wisp/v1/token.pb.h"
+#include "wisp/v1/volume.pb.h"
 
 namespace wisp::integration {
 namespace {
@@ -41,6 +44,7 @@ std::string ReadFileOrEmpty(const std::string& path) {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
+using Json = nlohmann::json;
 
 // The token file a token volume holds at `target`; "" when there is none.
 std::string TokenIn(const std::string& target) {
@@ -516,6 +520,137 @@ TEST_F(CsiIntegrationTest, PersistentVolumeLifecycle) {
   ::csi::v1::DeleteVolumeResponse deleted;
   ASSERT_TRUE(client_->controller->DeleteVolume(CsiClient::Ctx().get(), del, &deleted).ok());
   ASSERT_TRUE(client_->controller->DeleteVolume(CsiClient::Ctx().get(), del, &deleted).ok());
+}
+
+// Tests CDI's http source fields through the real parts, short of the apiserver (the e2e suite
+// has it): a cdi.kubevirt.io VolumeImportSource with certConfigMap and extraHeaders, and a PVC
+// naming it, recorded by the real wisp-policy (as the gateway's watch sends them); an HTTPS
+// server with its own CA that answers 403 without the header. Through the real gateway's CSI
+// socket (no apiserver to read the ConfigMap from) CreateVolume fails naming the ConfigMap, never
+// importing without its CA; with the bundle in the create request, as the gateway sends it once it
+// read the ConfigMap, the real wisp-populator imports the bytes, sending the header. A source
+// without certConfigMap fails naming the TLS cause. secretRef is refused by wisp-policy.
+TEST_F(CsiIntegrationTest, HttpSourceTrustsItsCertConfigMapAndSendsItsHeaders) {
+  ASSERT_NO_FATAL_FAILURE(StartStack());
+  const std::string images = stack_->dir() + "/images";
+  fs::create_directories(images);
+  ASSERT_EQ(RunCommand("cd " + images +
+                       " && head -c 3145728 /dev/urandom > disk.raw && truncate -s 8M disk.raw")
+                .exit_code,
+            0);
+  auto tls = populator::testing::MakeSelfSignedCert(images);
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  const std::string ca = ReadFileOrEmpty(tls->cert_pem_path);
+  populator::testing::TestHttpServer mirror(*tls);
+  populator::testing::ServeOptions tenant;
+  tenant.required_headers = {{"X-Mirror-Tenant", "vms"}};
+  mirror.Serve("/disk.raw", images + "/disk.raw", tenant);
+  ASSERT_TRUE(mirror.Start().ok());
+
+  auto commit = [&](const Json& object) {
+    const std::string file = stack_->dir() + "/commit-in.json";
+    std::ofstream(file) << object.dump();
+    std::string cmd = BinaryPath("wispctl") + " admit --bus -f " + file;
+    for (const auto& a : stack_->WispctlArgs()) cmd += " '" + a + "'";
+    return RunCommand(cmd + " 2>&1");
+  };
+  auto source = [&](const std::string& name, const Json& http) {
+    return Json{{"apiVersion", "cdi.kubevirt.io/v1beta1"},
+                {"kind", "VolumeImportSource"},
+                {"metadata", {{"name", name}, {"namespace", "vms"}, {"uid", name + "-uid"}}},
+                {"spec", {{"source", {{"http", http}}}, {"contentType", "kubevirt"}}}};
+  };
+  auto claim = [&](const std::string& name, const std::string& vis) {
+    return Json{
+        {"apiVersion", "v1"},
+        {"kind", "PersistentVolumeClaim"},
+        {"metadata", {{"name", name}, {"namespace", "vms"}, {"uid", name + "-uid"}}},
+        {"spec",
+         {{"accessModes", {"ReadWriteOnce"}},
+          {"resources", {{"requests", {{"storage", "8Mi"}}}}},
+          {"dataSourceRef",
+           {{"apiGroup", "cdi.kubevirt.io"}, {"kind", "VolumeImportSource"}, {"name", vis}}}}}};
+  };
+  const Json http = {{"url", mirror.Url("/disk.raw")},
+                     {"certConfigMap", "mirror-ca"},
+                     {"extraHeaders", {"X-Mirror-Tenant: vms"}}};
+  for (const Json& object : {source("mirror", http), claim("disk", "mirror"),
+                             source("untrusted", {{"url", mirror.Url("/disk.raw")},
+                                                  {"extraHeaders", {"X-Mirror-Tenant: vms"}}}),
+                             claim("untrusted-disk", "untrusted")}) {
+    CommandResult r = commit(object);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_NE(r.output.find("recordWrites: 1"), std::string::npos) << r.output;
+  }
+  Json with_secret = http;
+  with_secret["secretRef"] = "mirror-auth";
+  CommandResult refused = commit(source("with-secret", with_secret));
+  // wispctl's YAML escapes the quotes around the value.
+  EXPECT_NE(refused.output.find("refused: \"spec.source.http.secretRef: Unsupported value: "),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("wisp-populator does not fetch with credentials from Secrets"),
+            std::string::npos)
+      << refused.output;
+
+  // The real gateway, without an apiserver to read ConfigMap vms/mirror-ca from.
+  ::csi::v1::CreateVolumeRequest create;
+  create.set_name("pvc-mirror");
+  create.mutable_capacity_range()->set_required_bytes(8 << 20);
+  *create.add_volume_capabilities() = MountCapability();
+  (*create.mutable_parameters())["csi.storage.k8s.io/pvc/name"] = "disk";
+  (*create.mutable_parameters())["csi.storage.k8s.io/pvc/namespace"] = "vms";
+  ::csi::v1::CreateVolumeResponse created;
+  grpc::Status st = client_->controller->CreateVolume(CsiClient::Ctx(30s).get(), create, &created);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("spec.source.http.certConfigMap: the CA bundle of ConfigMap "
+                        "vms/mirror-ca did not come with the create request"));
+  EXPECT_EQ(mirror.requests(), 0);
+
+  // What the gateway sends once it has read the ConfigMap (cluster/source_ca.hpp).
+  auto bus = bus::NatsBus::Connect(TestBusOptions({stack_->nats().url()}, "csi-test-ca"));
+  ASSERT_TRUE(bus.ok()) << bus.status();
+  auto create_on_bus = [&](const std::string& name, const std::string& pvc, bool with_ca) {
+    v1::CreateVolumeRequest req;
+    req.mutable_spec()->set_name(name);
+    req.mutable_spec()->set_capacity_bytes(8 << 20);
+    req.mutable_spec()->set_pvc_namespace("vms");
+    req.mutable_spec()->set_pvc_name(pvc);
+    if (with_ca) {
+      req.mutable_spec()->mutable_source_ca()->set_config_map("mirror-ca");
+      req.mutable_spec()->mutable_source_ca()->set_ca_pem(ca);
+    }
+    return bus::Call<v1::CreateVolumeResponse>(**bus, bus::subjects::kVolumeCreate, req, 10s);
+  };
+  auto wait_done = [&](const std::string& id) {
+    v1::VolumeStatus last;
+    Eventually(
+        [&] {
+          v1::GetVolumeRequest get;
+          get.set_volume_id(id);
+          auto got = bus::Call<v1::GetVolumeResponse>(**bus, bus::subjects::kVolumeGet, get, 5s);
+          if (got.ok()) last = got->volume();
+          return last.phase() == v1::SUCCEEDED || last.phase() == v1::FAILED;
+        },
+        60s);
+    return last;
+  };
+  auto trusted = create_on_bus("pvc-mirror", "disk", true);
+  ASSERT_TRUE(trusted.ok()) << trusted.status();
+  v1::VolumeStatus done = wait_done(trusted->volume().volume_id());
+  ASSERT_EQ(done.phase(), v1::SUCCEEDED) << done.message();
+  EXPECT_EQ(done.spec().source().http().headers().at("X-Mirror-Tenant"), "<redacted>");
+  const std::string disk = ReadFileOrEmpty(done.path() + "/disk.img");
+  const std::string image = ReadFileOrEmpty(images + "/disk.raw");
+  EXPECT_EQ(disk.size(), image.size());
+  EXPECT_TRUE(disk == image);
+
+  auto untrusted = create_on_bus("pvc-untrusted", "untrusted-disk", false);
+  ASSERT_TRUE(untrusted.ok()) << untrusted.status();
+  v1::VolumeStatus failed = wait_done(untrusted->volume().volume_id());
+  EXPECT_EQ(failed.phase(), v1::FAILED);
+  EXPECT_THAT(failed.message(), HasSubstr("certificate verify failed"));
 }
 
 // Tests a persistent volume across a gateway restart: the new process finds the bind mount the old

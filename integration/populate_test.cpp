@@ -254,12 +254,16 @@ TEST_F(PopulateTest, ErrorCasesFailWithTheRightMessage) {
 }
 
 // Tests that a populator killed with SIGKILL mid-import is replaced by its restart, which resumes
-// the raw download with a Range request; the volume is never Succeeded with partial data.
+// the raw download with a Range request; the volume is never Succeeded with partial data. The
+// server answers only requests with the source's extra header: the Range request carries it too.
 TEST_F(PopulateTest, ResumesAfterKillDashNine) {
   populator::testing::ServeOptions slow;
   slow.bytes_per_second = 16 << 20;  // 64 MiB in about 4 s
+  slow.required_headers = {{"X-Mirror-Tenant", "vms"}};
   http_.Serve("/slow.raw", images_ + "/disk.raw", slow);
-  auto v = Create("killed", Http(http_.Url("/slow.raw"), Sha256File(images_ + "/disk.raw")));
+  v1::PopulationSource source = Http(http_.Url("/slow.raw"), Sha256File(images_ + "/disk.raw"));
+  (*source.mutable_http()->mutable_headers())["X-Mirror-Tenant"] = "vms";
+  auto v = Create("killed", source);
   ASSERT_TRUE(v.ok()) << v.status();
   // Wait until a good part is written, then kill -9.
   auto until = std::chrono::steady_clock::now() + 30s;

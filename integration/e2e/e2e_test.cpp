@@ -418,6 +418,10 @@ TEST(Story3, DataVolumeOverAStoredPvcIsRefused) {
 std::unique_ptr<Process> g_provisioner;
 std::string g_population_unavailable;  // why the population stories cannot run ("" = they can)
 std::unique_ptr<populator::testing::TestHttpServer> g_images;
+// The same image over HTTPS with a certificate of its own CA (the certificate itself), answering
+// only requests that carry X-Mirror-Tenant: vms.
+std::unique_ptr<populator::testing::TestHttpServer> g_mirror;
+std::string g_mirror_ca_file;
 std::string g_images_dir;
 
 absl::Status StartPopulation(const std::string& dir) {
@@ -448,7 +452,15 @@ absl::Status StartPopulation(const std::string& dir) {
   // The raw image (64 MiB) at 8 MiB/s: a raw download resumes where the bytes on disk end.
   slow.bytes_per_second = 8 << 20;
   g_images->Serve("/slow.raw", g_images_dir + "/expected.raw", slow);
-  return g_images->Start();
+  WISP_RETURN_IF_ERROR(g_images->Start());
+  WISP_ASSIGN_OR_RETURN(populator::testing::TlsFiles tls,
+                        populator::testing::MakeSelfSignedCert(g_images_dir));
+  g_mirror_ca_file = tls.cert_pem_path;
+  g_mirror = std::make_unique<populator::testing::TestHttpServer>(tls);
+  populator::testing::ServeOptions tenant;
+  tenant.required_headers = {{"X-Mirror-Tenant", "vms"}};
+  g_mirror->Serve("/disk.qcow2.xz", g_images_dir + "/disk.qcow2.xz", tenant);
+  return g_mirror->Start();
 }
 
 // kubectl get ... -o json, parsed; null when it fails (NotFound included).
@@ -903,6 +915,99 @@ TEST(Story3Population, UploadDataVolumeSucceedsHoldingTheUploadedBytes) {
   for (const char* want : {"UploadReady ", "UploadFailed ", "UploadSucceeded "}) {
     EXPECT_NE(reasons.find(want), std::string::npos) << want << " in " << reasons;
   }
+}
+
+// CDI's certConfigMap and extraHeaders, applied: a DataVolume importing over HTTPS from a server
+// whose CA is in a ConfigMap of the namespace, and which answers only requests carrying a header.
+// The ConfigMap comes after the DataVolume: the import waits for it (external-provisioner's
+// events name it), as CDI's importer pod does, then succeeds with qemu-img's bytes. Without
+// certConfigMap the DataVolume fails naming the TLS cause; with secretRef it is refused at once.
+TEST(Story3Population, CertConfigMapCaIsTrustedAndExtraHeadersAreSent) {
+  ASSERT_EQ(g_population_unavailable, "");
+  const std::string url = g_mirror->Url("/disk.qcow2.xz");
+  auto with = [&](const std::string& name, const std::string& extra) {
+    std::string dv = DataVolumeYaml(name, url);
+    dv.replace(dv.find("url: "), 5, extra + "extraHeaders: [\"X-Mirror-Tenant: vms\"], url: ");
+    return dv;
+  };
+  ASSERT_EQ(Create(with("mirror", "certConfigMap: mirror-ca, ")).exit_code, 0);
+  ASSERT_EQ(Create(with("untrusted", "")).exit_code, 0);
+  Created refused = Create(with("with-secret", "secretRef: mirror-auth, "));
+  EXPECT_NE(refused.exit_code, 0);
+  std::cout << "with-secret: " << refused.output << std::endl;
+  EXPECT_NE(refused.output.find("spec.source.http.secretRef: Unsupported value: \"mirror-auth\": "
+                                "wisp-populator does not fetch with credentials from Secrets"),
+            std::string::npos)
+      << refused.output;
+  for (const char* name : {"mirror", "untrusted"}) {
+    ASSERT_TRUE(WaitUntil(
+                    [&] {
+                      return GetJson({"-n", "vms", "pvc", name});
+                    },
+                    [](const Json& p) { return p.is_object(); }, 60s)
+                    .is_object());
+    ChooseNodeForClaim(name);
+  }
+  Json vis = GetJson({"-n", "vms", "volumeimportsources.wisp.dev", "mirror"});
+  EXPECT_EQ(vis.value("/spec/source/http/certConfigMap"_json_pointer, ""), "mirror-ca")
+      << vis.dump(2);
+
+  // No ConfigMap yet: the prime's CreateVolume fails naming it, and nothing is fetched.
+  Json pvc = GetJson({"-n", "vms", "pvc", "mirror"});
+  const std::string prime = "wisp-prime-" + pvc["metadata"].value("uid", "");
+  auto failures = [&] {
+    Json events = GetJson({"-n", "vms", "events", "--field-selector",
+                           "involvedObject.name=" + prime + ",reason=ProvisioningFailed"});
+    std::string messages;
+    for (const auto& e : events.value("items", Json::array())) {
+      messages += e.value("message", "") + "\n";
+    }
+    return Json(messages);
+  };
+  Json waiting = WaitUntil(
+      failures,
+      [](const Json& m) {
+        return m.get<std::string>().find("ConfigMap vms/mirror-ca") != std::string::npos;
+      },
+      60s);
+  std::cout << "mirror, before its ConfigMap: " << waiting.get<std::string>();
+  EXPECT_NE(waiting.get<std::string>().find(
+                "ConfigMap vms/mirror-ca, named by wisp.dev VolumeImportSource vms/mirror "
+                "spec.source.http.certConfigMap, does not exist yet; retry"),
+            std::string::npos)
+      << waiting;
+  EXPECT_NE(Phase(GetJson({"-n", "vms", "datavolume", "mirror"})), "Succeeded");
+
+  ASSERT_TRUE(g_kube
+                  ->MustKubectl({"-n", "vms", "create", "configmap", "mirror-ca",
+                                 "--from-file=ca.crt=" + g_mirror_ca_file})
+                  .ok());
+  Json done = WaitUntil(
+      [] {
+        return GetJson({"-n", "vms", "datavolume", "mirror"});
+      },
+      [](const Json& d) { return Phase(d) == "Succeeded" || Phase(d) == "Failed"; }, 240s);
+  ASSERT_EQ(Phase(done), "Succeeded") << done.dump(2);
+  pvc = GetJson({"-n", "vms", "pvc", "mirror"});
+  Json pv = GetJson({"pv", pvc["spec"].value("volumeName", "")});
+  ASSERT_TRUE(pv.is_object()) << pvc.dump(2);
+  const std::string image =
+      g_stack->volume_root() + "/" + pv["spec"]["csi"].value("volumeHandle", "") + "/disk.img";
+  CommandResult cmp = RunArgv({"cmp", g_images_dir + "/expected.raw", image});
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+
+  Json failed = WaitUntil(
+      [] {
+        return GetJson({"-n", "vms", "datavolume", "untrusted"});
+      },
+      [](const Json& d) { return Phase(d) == "Failed"; }, 120s);
+  ASSERT_EQ(Phase(failed), "Failed") << failed.dump(2);
+  const Json* ready = ConditionOf(failed, "Ready");
+  ASSERT_NE(ready, nullptr);
+  std::cout << "untrusted: " << ready->value("message", "") << std::endl;
+  EXPECT_NE(ready->value("message", "").find("certificate verify failed"), std::string::npos)
+      << failed.dump(2);
+  EXPECT_EQ(Phase(GetJson({"-n", "vms", "pvc", "untrusted"})), "Pending");
 }
 
 // KEP 1495: without the CrossNamespaceVolumeDataSource gate (alpha, off) the apiserver drops a

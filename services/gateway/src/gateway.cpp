@@ -7,6 +7,7 @@
 #include "admission/admission_handler.hpp"
 #include "cluster/committed_objects.hpp"
 #include "cluster/populate_controller.hpp"
+#include "cluster/source_ca.hpp"
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_split.h"
 #include "csi/csi_server.hpp"
@@ -135,7 +136,10 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
              "PersistentVolumeClaim, DataVolume and VolumeImportSource (wisp.dev and "
              "cdi.kubevirt.io) to wisp-policy, whose "
              "records follow what the apiserver committed. Needs list and watch on those "
-             "(the chart's ClusterRole). Run it in one gateway Deployment, not on every node.");
+             "(the chart's ClusterRole). With --csi-role controller, CreateVolume also reads "
+             "the CA bundle of the ConfigMap an http import source names (certConfigMap): get "
+             "on PVCs, DataVolumes, VolumeImportSources and ConfigMaps. Run it in one gateway "
+             "Deployment, not on every node.");
   flags.String("kubeconfig", &s.kubeconfig,
                "Watch the Kubernetes API as this kubeconfig says (out of cluster; see "
                "--in-cluster). Empty with --in-cluster unset: no watch, records come only from "
@@ -280,6 +284,17 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
          .max_concurrent = static_cast<int>(settings.upload_max_concurrent)});
   }
 
+  // The apiserver (--in-cluster / --kubeconfig): the watch, the controllers, and what the CSI
+  // controller reads for CreateVolume (the CA bundle of a source's certConfigMap).
+  std::optional<kube::Config> kube_config;
+  if (settings.in_cluster || !settings.kubeconfig.empty()) {
+    WISP_ASSIGN_OR_RETURN(kube_config,
+                          settings.in_cluster
+                              ? kube::LoadInCluster()
+                              : kube::LoadKubeconfig(settings.kubeconfig, settings.kube_context));
+    WISP_ASSIGN_OR_RETURN(gw->parts_->kube, kube::NewClient(*kube_config));
+  }
+
   if (!settings.csi_endpoint.empty()) {
     csi::CsiServerOptions options;
     options.endpoint = settings.csi_endpoint;
@@ -295,18 +310,19 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
     options.open_bucket = [&process](const bus::BucketConfig& config) {
       return process.OpenBucket(config);
     };
+    if (kube::Client* kube = gw->parts_->kube.get()) {
+      options.read_source_ca = [kube](const std::string& ns, const std::string& pvc) {
+        return cluster::ReadSourceCa(*kube, ns, pvc);
+      };
+    }
     gw->parts_->csi = std::make_unique<csi::CsiServer>(
         options, process.bus(), SystemClock::Instance(), gw->parts_->mounter, process.registry());
     WISP_RETURN_IF_ERROR(gw->parts_->csi->Start());
     SPDLOG_LOGGER_INFO(logger, "serving CSI ({}) on {}", settings.csi_role, settings.csi_endpoint);
   }
 
-  if (settings.in_cluster || !settings.kubeconfig.empty()) {
-    WISP_ASSIGN_OR_RETURN(kube::Config config,
-                          settings.in_cluster
-                              ? kube::LoadInCluster()
-                              : kube::LoadKubeconfig(settings.kubeconfig, settings.kube_context));
-    WISP_ASSIGN_OR_RETURN(gw->parts_->kube, kube::NewClient(config));
+  if (kube_config) {
+    const kube::Config& config = *kube_config;
     gw->parts_->committed = std::make_unique<cluster::CommittedObjects>(
         *gw->parts_->kube, process.bus(), process.registry(), cluster::CommittedObjectsOptions{});
     gw->parts_->committed->Start();

@@ -8,6 +8,7 @@
 #include "rules_internal.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/formats/image_formats.hpp"
+#include "wisp/k8s/http_source.hpp"
 #include "wisp/k8s/objects.hpp"
 #include "wisp/k8s/quantity.hpp"
 
@@ -65,7 +66,10 @@ bool FillSource(const Json& source, v1::PopulationSource* out, std::vector<std::
   if (const Json* http = k8s::Find(source, {"http"})) {
     auto* h = out->mutable_http();
     h->set_url(k8s::GetString(*http, {"url"}));
-    h->set_secret_ref(k8s::GetString(*http, {"secretRef"}));
+    std::vector<std::string> checked;  // the callers have refused what wisp does not apply
+    k8s::HttpSourceExtras extras = k8s::ReadHttpSource(*http, "spec.source.http", checked);
+    h->set_cert_config_map(extras.cert_config_map);
+    for (auto& [name, value] : extras.headers) (*h->mutable_headers())[name] = value;
     std::string sha = k8s::GetString(*http, {"sha256"});
     if (!sha.empty()) out->set_sha256(sha);
     return true;
@@ -291,6 +295,7 @@ Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy,
       causes.push_back("spec.source.http.url: Invalid value: " + k8s::Quote(url) +
                        ": must be an http:// or https:// URL");
     }
+    k8s::ReadHttpSource(*http, "spec.source.http", causes);
   }
   if (!causes.empty()) return Deny(kRule, causes, 422, "Invalid");
   if (op != "CREATE") return Outcome(kRule, kOutcomeAllowed);
@@ -355,6 +360,7 @@ Verdict EvaluateVolumeImportSource(const AdmissionInput& in, const Policy& polic
       causes.push_back("spec.source.http.sha256: Invalid value: " + k8s::Quote(sha) +
                        ": must be 64 lower-case hexadecimal characters");
     }
+    k8s::ReadHttpSource(*http, "spec.source.http", causes);
   }
   if (const Json* spvc = source != nullptr ? k8s::Find(*source, {"pvc"}) : nullptr) {
     if (k8s::GetString(*spvc, {"name"}).empty()) {
@@ -438,7 +444,6 @@ Verdict EvaluateCdiVolumeImportSource(const AdmissionInput& in, const Policy& po
     causes.push_back("spec.source: Invalid value: exactly one source type must be set");
   }
   std::string sha256;
-  std::vector<std::string> ignored;  // fields of CDI's that wisp-populator does not apply
   if (const Json* http = source != nullptr ? k8s::Find(*source, {"http"}) : nullptr) {
     std::string url = k8s::GetString(*http, {"url"});
     if (!IsHttpUrl(url)) {
@@ -447,12 +452,7 @@ Verdict EvaluateCdiVolumeImportSource(const AdmissionInput& in, const Policy& po
     }
     std::string checksum = k8s::GetString(*http, {"checksum"});
     if (!checksum.empty()) sha256 = CdiChecksum(checksum, causes);
-    for (const char* field : {"secretRef", "certConfigMap", "extraHeaders", "secretExtraHeaders",
-                              "insecureSkipVerify"}) {
-      if (k8s::Find(*http, {field}) != nullptr) {
-        ignored.push_back(std::string("spec.source.http.") + field);
-      }
-    }
+    k8s::ReadHttpSource(*http, "spec.source.http", causes);
   }
   const std::string content_type = k8s::GetString(in.object, {"spec", "contentType"}, "kubevirt");
   if (content_type != "kubevirt") {
@@ -467,15 +467,7 @@ Verdict EvaluateCdiVolumeImportSource(const AdmissionInput& in, const Policy& po
   std::vector<std::string> warnings;
   FillSource(*source, record.mutable_source(), warnings);
   record.mutable_source()->set_sha256(sha256);
-  Verdict v = Record(kRule, in, record);
-  if (!ignored.empty()) {
-    std::string fields;
-    for (const auto& f : ignored) fields += (fields.empty() ? "" : ", ") + f;
-    v.warnings.push_back("wisp: " + fields +
-                         " not applied: wisp-populator fetches the URL without credentials or "
-                         "extra headers and verifies TLS against the system roots");
-  }
-  return v;
+  return Record(kRule, in, record);
 }
 
 Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup) {

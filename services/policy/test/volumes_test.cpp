@@ -522,8 +522,7 @@ AdmissionInput CdiVisInput(const Json& vis, const std::string& op = "CREATE") {
 }
 
 // Tests that CDI's VolumeImportSource with an http source (sha256 checksum, any case) or a blank
-// one is recorded like wisp.dev's, under its own key; the http fields wisp-populator does not
-// apply are named in a warning.
+// one is recorded like wisp.dev's, under its own key.
 TEST(CdiVolumeImportSourceTest, RecordsHttpAndBlank) {
   Verdict v = EvaluateCdiVolumeImportSource(CdiVisInput(CdiVis()), Policy{});
   ASSERT_TRUE(v.allowed) << v.message;
@@ -539,20 +538,6 @@ TEST(CdiVolumeImportSourceTest, RecordsHttpAndBlank) {
             "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
   EXPECT_EQ(r.content_type(), "kubevirt");
   EXPECT_TRUE(v.warnings.empty());
-
-  Json with_auth = CdiVis(R"({"http":{"url":"https://mirror.example/cirros.img",
-      "secretRef":"mirror-auth","certConfigMap":"mirror-ca"}})");
-  with_auth["spec"]["contentType"] = "kubevirt";
-  Verdict a = EvaluateCdiVolumeImportSource(CdiVisInput(with_auth), Policy{});
-  ASSERT_TRUE(a.allowed) << a.message;
-  ASSERT_TRUE(r.ParseFromString(a.writes.at(0).value));
-  EXPECT_EQ(r.source().http().secret_ref(), "mirror-auth");
-  EXPECT_TRUE(r.source().sha256().empty());
-  ASSERT_EQ(a.warnings.size(), 1u);
-  EXPECT_EQ(a.warnings[0],
-            "wisp: spec.source.http.secretRef, spec.source.http.certConfigMap not applied: "
-            "wisp-populator fetches the URL without credentials or extra headers and verifies TLS "
-            "against the system roots");
 
   Verdict b = EvaluateCdiVolumeImportSource(CdiVisInput(CdiVis(R"({"blank":{}})")), Policy{});
   ASSERT_TRUE(b.allowed) << b.message;
@@ -677,6 +662,98 @@ TEST(PvcSourcesTest, NamesCdiVolumeImportSource) {
   Verdict wisp = EvaluatePvc(pvc("wisp.dev", true), Policy{}, store.Lookup());
   ASSERT_TRUE(r.ParseFromString(wisp.writes.at(0).value));
   EXPECT_EQ(r.source().http().url(), "https://mirror.example/cirros.qcow2.xz");
+}
+
+// Tests that the http source fields wisp does not apply (credentials from Secrets, skipping TLS
+// verification) are refused, naming the field, by all three kinds that carry CDI's http source:
+// none of them is accepted and then ignored by the import.
+TEST(HttpSourceFieldsTest, UnappliedFieldsAreRefusedByEveryKind) {
+  const std::string secret_ref =
+      "spec.source.http.secretRef: Unsupported value: \"mirror-auth\": wisp-populator does not "
+      "fetch with credentials from Secrets: an import's source is stored in JetStream "
+      "(wisp_sources, the populate job stream), where a Secret's values must not go";
+  struct Case {
+    std::string field;
+    Json value;
+    std::string message_start;
+  } cases[] = {
+      {"secretRef", "mirror-auth", secret_ref},
+      {"secretExtraHeaders", Json::array({"mirror-token"}),
+       "spec.source.http.secretExtraHeaders: Unsupported value: [\"mirror-token\"]: "
+       "wisp-populator does not fetch with credentials from Secrets"},
+      {"insecureSkipVerify", true,
+       "spec.source.http.insecureSkipVerify: Unsupported value: true: wisp-populator always "
+       "verifies the server's certificate"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.field);
+    Json dv = GoldenDv();
+    dv["spec"]["source"]["http"][c.field] = c.value;
+    Json vis = GoldenVis();
+    vis["spec"]["source"]["http"][c.field] = c.value;
+    Json cdi = CdiVis();
+    cdi["spec"]["source"]["http"][c.field] = c.value;
+    const Verdict verdicts[] = {
+        EvaluateDataVolume(Dv(dv), Policy{}),
+        EvaluateVolumeImportSource(
+            Input("wisp.dev", "VolumeImportSource", "CREATE", vis.dump(), "vms"), Policy{}),
+        EvaluateCdiVolumeImportSource(CdiVisInput(cdi), Policy{}),
+    };
+    for (const Verdict& v : verdicts) {
+      EXPECT_FALSE(v.allowed);
+      EXPECT_EQ(v.code, 422);
+      EXPECT_EQ(v.message.rfind(c.message_start, 0), 0u) << v.message;
+      EXPECT_TRUE(v.writes.empty());
+    }
+  }
+  // CDI's spellings of "none" pass and record no credentials.
+  Json none = CdiVis();
+  none["spec"]["source"]["http"]["secretRef"] = "";
+  none["spec"]["source"]["http"]["secretExtraHeaders"] = Json::array();
+  none["spec"]["source"]["http"]["insecureSkipVerify"] = false;
+  Verdict v = EvaluateCdiVolumeImportSource(CdiVisInput(none), Policy{});
+  ASSERT_TRUE(v.allowed) << v.message;
+  v1::PopulationRecord r;
+  ASSERT_TRUE(r.ParseFromString(v.writes.at(0).value));
+  EXPECT_TRUE(r.source().http().secret_ref().empty());
+  EXPECT_TRUE(r.source().http().headers().empty());
+}
+
+// Tests that certConfigMap and extraHeaders, which the import applies, are recorded by every kind
+// that carries CDI's http source; a bad header is refused naming its index.
+TEST(HttpSourceFieldsTest, CertConfigMapAndExtraHeadersAreRecorded) {
+  auto edit = [](Json& http) {
+    http["certConfigMap"] = "mirror-ca";
+    http["extraHeaders"] = Json::array({"X-Tenant: vms", "Accept:application/octet-stream"});
+  };
+  Json dv = GoldenDv();
+  edit(dv["spec"]["source"]["http"]);
+  Json vis = GoldenVis();
+  edit(vis["spec"]["source"]["http"]);
+  Json cdi = CdiVis();
+  edit(cdi["spec"]["source"]["http"]);
+  const Verdict verdicts[] = {
+      EvaluateDataVolume(Dv(dv), Policy{}),
+      EvaluateVolumeImportSource(
+          Input("wisp.dev", "VolumeImportSource", "CREATE", vis.dump(), "vms"), Policy{}),
+      EvaluateCdiVolumeImportSource(CdiVisInput(cdi), Policy{}),
+  };
+  for (const Verdict& v : verdicts) {
+    ASSERT_TRUE(v.allowed) << v.message;
+    v1::PopulationRecord r;
+    ASSERT_TRUE(r.ParseFromString(v.writes.at(0).value));
+    EXPECT_EQ(r.source().http().cert_config_map(), "mirror-ca");
+    ASSERT_EQ(r.source().http().headers().size(), 2u);
+    EXPECT_EQ(r.source().http().headers().at("X-Tenant"), "vms");
+    EXPECT_EQ(r.source().http().headers().at("Accept"), "application/octet-stream");
+    EXPECT_TRUE(r.source().http().ca_pem().empty());  // read when the volume is created
+  }
+  Json bad = CdiVis();
+  bad["spec"]["source"]["http"]["extraHeaders"] = Json::array({"Host: elsewhere"});
+  Verdict d = EvaluateCdiVolumeImportSource(CdiVisInput(bad), Policy{});
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.message.rfind("spec.source.http.extraHeaders[0]: Forbidden: \"Host\": ", 0), 0u)
+      << d.message;
 }
 
 }  // namespace

@@ -247,6 +247,29 @@ absl::StatusOr<v1::VolumeSpec> VolumeService::ResolveSpec(v1::VolumeSpec spec) {
       if (origin == kParamSourceUrl) field = kParamSourceUrl;
       auto url = ParseUrl(source->http().url(), field);
       if (!url.ok()) return url.status();
+      // A record written before wisp refused secretRef (or by a caller of its own): never
+      // imported without the credentials it names, and the credentials are never fetched here.
+      if (!source->http().secret_ref().empty()) {
+        return absl::InvalidArgumentError(
+            origin + ": spec.source.http.secretRef: Unsupported value: \"" +
+            source->http().secret_ref() +
+            "\": wisp-populator does not fetch with credentials from Secrets: an import's source "
+            "is stored in JetStream (wisp_sources, the populate job stream), where a Secret's "
+            "values must not go");
+      }
+      // certConfigMap: the bundle comes with the request (the gateway read the ConfigMap);
+      // without it the import would verify against the system roots alone, which is not what
+      // the source asked for.
+      if (const std::string& cm = source->http().cert_config_map(); !cm.empty()) {
+        if (spec.source_ca().config_map() != cm || spec.source_ca().ca_pem().empty()) {
+          return absl::FailedPreconditionError(
+              origin + ": spec.source.http.certConfigMap: the CA bundle of ConfigMap " +
+              spec.pvc_namespace() + "/" + cm +
+              " did not come with the create request (wisp-gateway's CSI controller reads it "
+              "from the apiserver: it needs --in-cluster or --kubeconfig)");
+        }
+        source->mutable_http()->set_ca_pem(spec.source_ca().ca_pem());
+      }
       break;
     }
     case v1::PopulationSource::kClone: {
@@ -295,6 +318,7 @@ absl::StatusOr<v1::VolumeSpec> VolumeService::ResolveSpec(v1::VolumeSpec spec) {
     default:
       return absl::InvalidArgumentError("spec.source: unknown source kind");
   }
+  spec.clear_source_ca();  // in source.http.ca_pem when it was wanted
   return spec;
 }
 

@@ -244,6 +244,77 @@ TEST_F(VolumeServiceTest, ResolvesCdiVolumeImportSource) {
   EXPECT_EQ(Get(created->volume_id()).phase(), v1::SUCCEEDED);
 }
 
+// Tests that a record naming a Secret (written before wisp refused secretRef) fails CreateVolume
+// naming the field, and queues no job: never an import without the credentials it asked for.
+TEST_F(VolumeServiceTest, RefusesARecordWithASecretRef) {
+  v1::PopulationRecord vis;
+  vis.set_namespace_("vms");
+  vis.set_kind("VolumeImportSource");
+  vis.set_name("golden");
+  vis.mutable_source()->mutable_http()->set_url(server_.Url("/disk.raw"));
+  vis.mutable_source()->mutable_http()->set_secret_ref("mirror-auth");
+  ASSERT_TRUE(sources_->Put("vms.VolumeImportSource.golden", vis.SerializeAsString()).ok());
+  v1::PopulationRecord pvc;
+  pvc.set_data_source_ref("wisp.dev/VolumeImportSource/golden");
+  ASSERT_TRUE(sources_->Put("vms.PersistentVolumeClaim.vm-disk", pvc.SerializeAsString()).ok());
+  auto st = Create(Spec("pvc-secret", {{kParamPvcName, "vm-disk"}, {kParamPvcNamespace, "vms"}}))
+                .status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("wisp_sources vms.VolumeImportSource.golden: "
+                              "spec.source.http.secretRef: Unsupported value: \"mirror-auth\": "
+                              "wisp-populator does not fetch with credentials from Secrets"),
+            std::string::npos)
+      << st;
+  EXPECT_EQ(bus_.StreamSize(bus::streams::kPopulateJobs), 0u);
+}
+
+// Tests that a source's certConfigMap takes the CA bundle the create request brings (read by the
+// gateway) into the import, and that its headers are sent: without the bundle CreateVolume fails
+// naming the ConfigMap; with it the job fetches from a server that demands the header.
+TEST_F(VolumeServiceTest, AppliesTheCaBundleAndHeadersOfTheSource) {
+  testing::ServeOptions tenant;
+  tenant.required_headers = {{"X-Tenant", "vms"}};
+  server_.Serve("/tenant.raw", images_ + "/disk.raw", tenant);
+  auto tls = testing::MakeSelfSignedCert(root_);
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  const std::string ca = ReadFileOrDie(tls->cert_pem_path);
+  v1::PopulationRecord vis;
+  vis.set_kind("VolumeImportSource");
+  auto* http = vis.mutable_source()->mutable_http();
+  http->set_url(server_.Url("/tenant.raw"));
+  http->set_cert_config_map("mirror-ca");
+  (*http->mutable_headers())["X-Tenant"] = "vms";
+  ASSERT_TRUE(sources_->Put("vms.VolumeImportSource.golden", vis.SerializeAsString()).ok());
+  v1::PopulationRecord pvc;
+  pvc.set_data_source_ref("wisp.dev/VolumeImportSource/golden");
+  ASSERT_TRUE(sources_->Put("vms.PersistentVolumeClaim.vm-disk", pvc.SerializeAsString()).ok());
+  auto spec = Spec("pvc-ca", {{kParamPvcName, "vm-disk"}, {kParamPvcNamespace, "vms"}});
+
+  auto st = Create(spec).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("wisp_sources vms.VolumeImportSource.golden: "
+                              "spec.source.http.certConfigMap: the CA bundle of ConfigMap "
+                              "vms/mirror-ca did not come with the create request"),
+            std::string::npos)
+      << st;
+  spec.mutable_source_ca()->set_config_map("other-ca");
+  spec.mutable_source_ca()->set_ca_pem(ca);
+  EXPECT_EQ(Create(spec).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(bus_.StreamSize(bus::streams::kPopulateJobs), 0u);
+
+  spec.mutable_source_ca()->set_config_map("mirror-ca");
+  auto created = Create(spec);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->spec().source().http().ca_pem(), ca);
+  EXPECT_FALSE(created->spec().has_source_ca());
+  EXPECT_EQ(created->spec().source().http().headers().at("X-Tenant"), "<redacted>");
+  ASSERT_TRUE(RunJob());
+  v1::VolumeStatus done = Get(created->volume_id());
+  EXPECT_EQ(done.phase(), v1::SUCCEEDED) << done.message();
+  const std::string image = ReadFileOrDie(images_ + "/disk.raw");
+  EXPECT_TRUE(ReadFileOrDie(Disk(created->volume_id())).substr(0, image.size()) == image);
+}
+
 // Tests that a record naming an external populator leaves a blank volume in PENDING_POPULATION.
 TEST_F(VolumeServiceTest, ExternalPopulationIsPendingPopulation) {
   v1::PopulationRecord record;

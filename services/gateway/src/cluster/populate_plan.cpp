@@ -2,6 +2,7 @@
 
 #include <ctime>
 
+#include "wisp/k8s/http_source.hpp"
 #include "wisp/k8s/objects.hpp"
 
 namespace wisp::gateway::cluster {
@@ -215,9 +216,18 @@ SourceChoice ChooseSource(const Json& dv, const Json* target) {
     return c;
   }
   if (const Json* http = k8s::Find(*source, {"http"}); http != nullptr && http->is_object()) {
+    // What wisp does not apply is refused here too, for a DataVolume that got in without
+    // wisp-policy's admission: never imported without what it asked for.
+    std::vector<std::string> causes;
+    k8s::ReadHttpSource(*http, "spec.source.http", causes);
+    if (!causes.empty()) {
+      for (const auto& cause : causes) c.error += (c.error.empty() ? "" : "; ") + cause;
+      return c;
+    }
     Json out = {{"url", k8s::GetString(*http, {"url"})}};
-    if (auto secret = k8s::GetString(*http, {"secretRef"}); !secret.empty()) {
-      out["secretRef"] = secret;
+    // Applied by the import: copied as CDI wrote them (wisp-policy reads them from the source).
+    for (const char* field : {"certConfigMap", "extraHeaders"}) {
+      if (const Json* v = k8s::Find(*http, {field}); v != nullptr && !v->empty()) out[field] = *v;
     }
     if (auto sha = k8s::GetString(*http, {"checksum"}); sha.rfind("sha256:", 0) == 0) {
       out["sha256"] = sha.substr(7);

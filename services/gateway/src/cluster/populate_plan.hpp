@@ -21,8 +21,10 @@
 //
 // A DataVolume (cdi.kubevirt.io/v1beta1):
 //   - source.http / source.blank / source.upload: a wisp.dev VolumeImportSource of the
-//     DataVolume's name carrying that source, then a PVC of the DataVolume's name whose
-//     dataSourceRef names it;
+//     DataVolume's name carrying that source (http: url, a sha256 checksum, certConfigMap,
+//     extraHeaders), then a PVC of the DataVolume's name whose dataSourceRef names it; an http
+//     field wisp does not apply (k8s/http_source.hpp: secretRef, secretExtraHeaders,
+//     insecureSkipVerify: true) fails the DataVolume naming it, and nothing is created;
 //   - source.upload: the prime's volume waits for the bytes (wisp-populator's UPLOAD_READY); the
 //     DataVolume is annotated wisp.dev/upload-volume-id=<the volume's id> (what `wispctl
 //     datavolume upload` PUTs to) and goes UploadScheduled, UploadReady, Succeeded as CDI's

@@ -200,6 +200,11 @@ absl::StatusOr<::csi::v1::CreateVolumeResponse> ControllerService::Create(
       it != req.parameters().end()) {
     spec->set_pvc_namespace(it->second);
   }
+  if (options_.read_source_ca && !spec->pvc_name().empty() && !spec->pvc_namespace().empty()) {
+    auto ca = options_.read_source_ca(spec->pvc_namespace(), spec->pvc_name());
+    if (!ca.ok()) return ca.status();
+    if (ca->has_value()) *spec->mutable_source_ca() = **ca;
+  }
   if (req.has_volume_content_source() && req.volume_content_source().has_volume()) {
     spec->mutable_source()->mutable_clone()->set_volume_id(
         req.volume_content_source().volume().volume_id());

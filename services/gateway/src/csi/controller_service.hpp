@@ -11,6 +11,8 @@
 //     AlreadyExists) and answers only once the volume is ready (phase SUCCEEDED), within the
 //     caller's deadline.
 //   - DeleteVolume of an unknown volume is OK. An invalid ListVolumes starting_token is Aborted.
+//   - A PVC's volume gets the CA bundle its recorded source names (certConfigMap) from
+//     options.read_source_ca, when set, in VolumeSpec.source_ca.
 //   - Only mount access to node-local volumes is offered: block access and multi-node access
 //     modes are refused.
 //
@@ -25,6 +27,7 @@
 
 #include "csi/csi.grpc.pb.h"
 #include "csi/csi_metrics.hpp"
+#include "csi/source_ca_reader.hpp"
 #include "wisp/bus/bus.hpp"
 #include "wisp/status/clock.hpp"
 #include "wisp/v1/volume.pb.h"
@@ -37,6 +40,10 @@ struct ControllerOptions {
   std::chrono::milliseconds bus_timeout{5000};
   std::chrono::milliseconds create_timeout{std::chrono::minutes(10)};  // cap on waiting for ready
   std::chrono::milliseconds poll_interval{200};  // most between two looks at a waited-for volume
+  // Set when the gateway reads the apiserver (--in-cluster / --kubeconfig): CreateVolume of a PVC
+  // (external-provisioner's --extra-create-metadata) carries the CA bundle its source names, and
+  // an error reading it (a ConfigMap not there yet: Unavailable) fails the call, to be retried.
+  SourceCaReader read_source_ca;
 };
 
 // Checks capabilities for node-local mount volumes; the message names the field.

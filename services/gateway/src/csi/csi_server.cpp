@@ -181,6 +181,7 @@ absl::Status CsiServer::Start() {
     controller_options.default_node =
         s.options.default_node.empty() ? s.options.node_id : s.options.default_node;
     controller_options.bus_timeout = s.options.bus_timeout;
+    controller_options.read_source_ca = s.options.read_source_ca;
     s.controller =
         std::make_unique<ControllerService>(controller_options, s.bus, s.clock, s.metrics);
   }

@@ -32,6 +32,7 @@
 
 #include <prometheus/registry.h>
 
+#include "csi/source_ca_reader.hpp"
 #include "wisp/bus/bus.hpp"
 #include "wisp/fsutil/mounter.hpp"
 #include "wisp/status/clock.hpp"
@@ -68,6 +69,8 @@ struct CsiServerOptions {
   // Opens the node role's KV bucket. Empty = the bus's OpenBucket; wisp-gateway passes
   // runtime::Process::OpenBucket, which waits for JetStream at start-up (--bus-wait).
   std::function<absl::StatusOr<bus::KeyValuePtr>(const bus::BucketConfig&)> open_bucket;
+  // Controller role: reads the CA bundle a PVC's import source names (ControllerOptions).
+  SourceCaReader read_source_ca;
 };
 
 class CsiServer {

@@ -69,6 +69,16 @@ struct TestHttpServer::Impl {
       http::write(stream, res, ec);
       return;
     }
+    for (const auto& [name, value] : entry.options.required_headers) {
+      if (req[name] != value) {
+        http::response<http::string_body> res{http::status::forbidden, 11};
+        res.body() = "missing header " + name + "\n";
+        res.prepare_payload();
+        res.keep_alive(false);
+        http::write(stream, res, ec);
+        return;
+      }
+    }
     uint64_t size = static_cast<uint64_t>(st.st_size);
     std::string etag = "\"" + std::to_string(size) + "-" + std::to_string(st.st_mtime) + "\"";
     uint64_t start = 0;

@@ -212,6 +212,18 @@ TEST(PlanDataVolume, ChecksumBecomesTheSourcesSha256) {
   EXPECT_EQ((*plan.create_source)["spec"]["source"]["http"]["sha256"], std::string(64, 'a'));
 }
 
+TEST(PlanDataVolume, CertConfigMapAndExtraHeadersGoToTheImportSource) {
+  Json dv = HttpDataVolume();
+  dv["spec"]["source"]["http"]["certConfigMap"] = "mirror-ca";
+  dv["spec"]["source"]["http"]["extraHeaders"] = Json::array({"X-Tenant: vms"});
+  DataVolumePlan plan = PlanDataVolume({&dv}, {}, "t");
+  ASSERT_TRUE(plan.create_source.has_value());
+  EXPECT_EQ((*plan.create_source)["spec"]["source"]["http"],
+            Json({{"url", "https://images.example/f.qcow2.xz"},
+                  {"certConfigMap", "mirror-ca"},
+                  {"extraHeaders", Json::array({"X-Tenant: vms"})}}));
+}
+
 TEST(PlanDataVolume, DataSourceRefGetsOnlyThePvc) {
   Json dv = HttpDataVolume();
   dv["spec"].erase("source");
@@ -236,6 +248,42 @@ TEST(PlanDataVolume, UnservedSourceFailsNamingTheField) {
             0u);
   ASSERT_EQ(plan.events.size(), 1u);
   EXPECT_EQ(plan.events[0].type, "Warning");
+}
+
+// A DataVolume that got in without wisp-policy (its webhook off, or failing open) and asks for
+// what wisp does not apply ends Failed naming each field; nothing is created for it.
+TEST(PlanDataVolume, UnappliedHttpFieldsFailNamingTheField) {
+  Json dv = HttpDataVolume();
+  dv["spec"]["source"]["http"]["secretRef"] = "mirror-auth";
+  dv["spec"]["source"]["http"]["insecureSkipVerify"] = true;
+  DataVolumePlan plan = PlanDataVolume({&dv}, {}, "t");
+  EXPECT_FALSE(plan.create_source.has_value());
+  EXPECT_FALSE(plan.create_pvc.has_value());
+  ASSERT_TRUE(plan.status.has_value());
+  EXPECT_EQ((*plan.status)["phase"], "Failed");
+  const Json* ready = Condition(*plan.status, "Ready");
+  ASSERT_NE(ready, nullptr);
+  const std::string message = (*ready)["message"];
+  EXPECT_EQ(message.rfind("spec.source.http.secretRef: Unsupported value: \"mirror-auth\": "
+                          "wisp-populator does not fetch with credentials from Secrets",
+                          0),
+            0u)
+      << message;
+  EXPECT_NE(message.find("; spec.source.http.insecureSkipVerify: Unsupported value: true"),
+            std::string::npos)
+      << message;
+  ASSERT_EQ(plan.events.size(), 1u);
+  EXPECT_EQ(plan.events[0].type, "Warning");
+  EXPECT_EQ(plan.events[0].message, message);
+
+  // CDI's "none" spellings are not refusals.
+  Json none = HttpDataVolume();
+  none["spec"]["source"]["http"]["secretRef"] = "";
+  none["spec"]["source"]["http"]["insecureSkipVerify"] = false;
+  plan = PlanDataVolume({&none}, {}, "t");
+  ASSERT_TRUE(plan.create_source.has_value());
+  EXPECT_EQ((*plan.create_source)["spec"]["source"]["http"],
+            Json({{"url", "https://images.example/f.qcow2.xz"}}));
 }
 
 TEST(PlanDataVolume, BlockVolumeModeIsCarriedToThePvc) {

@@ -63,6 +63,47 @@ TEST_F(ControllerServiceTest, CreatesOnPreferredNode) {
   EXPECT_FALSE(sent.wait());  // the gateway polls; no populator serve thread is held
 }
 
+// Tests that a PVC's volume carries the CA bundle its source names, read by the gateway; a
+// ConfigMap not there yet fails CreateVolume (Unavailable, retried) before anything is created.
+TEST_F(ControllerServiceTest, CarriesTheCaBundleOfThePvcsSource) {
+  ControllerOptions options;
+  options.default_node = "node-a";
+  options.poll_interval = std::chrono::milliseconds(1);
+  std::vector<std::string> asked;
+  absl::Status fail;
+  options.read_source_ca =
+      [&](const std::string& ns,
+          const std::string& pvc) -> absl::StatusOr<std::optional<v1::SourceCa>> {
+    asked.push_back(ns + "/" + pvc);
+    if (!fail.ok()) return fail;
+    v1::SourceCa ca;
+    ca.set_config_map("mirror-ca");
+    ca.set_ca_pem("PEM");
+    return ca;
+  };
+  ControllerService controller(options, bus_, clock_, metrics_);
+  auto req = Create("pvc-ca", 1 << 20);
+  (*req.mutable_parameters())["csi.storage.k8s.io/pvc/name"] = "wisp-prime-u1";
+  (*req.mutable_parameters())["csi.storage.k8s.io/pvc/namespace"] = "vms";
+
+  fail = absl::UnavailableError("ConfigMap vms/mirror-ca ... does not exist yet; retry");
+  auto failed = controller.Create(req, kBudget);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(populator_.size(), 0u);
+
+  fail = absl::OkStatus();
+  auto resp = controller.Create(req, kBudget);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(asked, (std::vector<std::string>{"vms/wisp-prime-u1", "vms/wisp-prime-u1"}));
+  const v1::CreateVolumeRequest sent = populator_.last_create();
+  EXPECT_EQ(sent.spec().source_ca().config_map(), "mirror-ca");
+  EXPECT_EQ(sent.spec().source_ca().ca_pem(), "PEM");
+
+  // No PVC named (a volume created without external-provisioner's metadata): nothing asked.
+  ASSERT_TRUE(controller.Create(Create("plain", 1 << 20), kBudget).ok());
+  EXPECT_EQ(asked.size(), 2u);
+}
+
 // Tests idempotency by name, and AlreadyExists when the capacity does not fit.
 TEST_F(ControllerServiceTest, CreateIsIdempotentByName) {
   auto first = controller_->Create(Create("pvc-1", 1 << 20), kBudget);

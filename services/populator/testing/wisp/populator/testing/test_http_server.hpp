@@ -1,7 +1,8 @@
 #pragma once
 // TestHttpServer: an HTTP/HTTPS file server for populator tests (unit, integration, bench). Binds
 // 127.0.0.1:0, serves registered paths from files with strong ETags and Range support, and can
-// misbehave on purpose: cut the body short, throttle, or ignore Range.
+// misbehave on purpose: cut the body short, throttle, or ignore Range; and refuse requests that
+// lack a header.
 //
 //   TestHttpServer server;                      // or TestHttpServer(TlsFiles{cert, key})
 //   server.Serve("/disk.qcow2", "/tmp/x/disk.qcow2");
@@ -30,6 +31,9 @@ struct ServeOptions {
   std::optional<uint64_t> truncate_after;  // close the connection after this many body bytes
   uint64_t bytes_per_second = 0;           // 0 = unthrottled
   bool ignore_range = false;
+  // Headers every request must carry with these values (a mirror's tenant or API-key header):
+  // a request without them is answered 403 Forbidden, a Range request included.
+  std::map<std::string, std::string> required_headers;
 };
 
 class TestHttpServer {
