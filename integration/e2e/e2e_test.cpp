@@ -939,6 +939,17 @@ TEST(Story3Population, CertConfigMapCaIsTrustedAndExtraHeadersAreSent) {
                                 "wisp-populator does not fetch with credentials from Secrets"),
             std::string::npos)
       << refused.output;
+  // wisp.dev's own kind: its CRD refuses the field before any webhook (CEL), never prunes it.
+  Created vis_refused = Create(
+      "apiVersion: wisp.dev/v1alpha1\nkind: VolumeImportSource\nmetadata: {name: with-secret, "
+      "namespace: vms}\nspec:\n  source: {http: {url: \"" +
+      url + "\", secretRef: mirror-auth}}\n");
+  EXPECT_NE(vis_refused.exit_code, 0);
+  std::cout << "wisp.dev with-secret: " << vis_refused.output << std::endl;
+  EXPECT_NE(vis_refused.output.find("secretRef: Unsupported value: wisp-populator does not fetch "
+                                    "with credentials from Secrets"),
+            std::string::npos)
+      << vis_refused.output;
   for (const char* name : {"mirror", "untrusted"}) {
     ASSERT_TRUE(WaitUntil(
                     [&] {
