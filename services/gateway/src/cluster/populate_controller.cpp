@@ -1,6 +1,7 @@
 #include "cluster/populate_controller.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <functional>
 
 #include "wisp/bus/proto.hpp"
@@ -51,7 +52,9 @@ class PopulateController::Cache final : public kube::ReflectorHandler {
   // changes nothing), so the next look does not act on the older copy.
   void Remember(const Json& object) {
     std::lock_guard lock(mu_);
-    objects_[KeyOf(object)] = object;
+    const std::string key = KeyOf(object);
+    objects_[key] = object;
+    if (auto rv = NumericVersion(object)) remembered_[key] = *rv;
   }
 
   void OnAdd(const Json& object) override { Put(object); }
@@ -60,6 +63,7 @@ class PopulateController::Cache final : public kube::ReflectorHandler {
     {
       std::lock_guard lock(mu_);
       objects_.erase(KeyOf(object));
+      remembered_.erase(KeyOf(object));
     }
     on_change_(object);
   }
@@ -69,14 +73,33 @@ class PopulateController::Cache final : public kube::ReflectorHandler {
   void Put(const Json& object) {
     {
       std::lock_guard lock(mu_);
-      objects_[KeyOf(object)] = object;
+      const std::string key = KeyOf(object);
+      // A watch event older than what this controller wrote (the watch is behind its own write)
+      // must not bring the older copy back: the next look would act on it and write again.
+      // resourceVersions are opaque in general, but every apiserver's are etcd revisions, so
+      // they are compared only when both are numbers, and only against a remembered write.
+      auto it = remembered_.find(key);
+      if (it != remembered_.end()) {
+        auto rv = NumericVersion(object);
+        if (rv && *rv < it->second) return;
+        remembered_.erase(it);
+      }
+      objects_[key] = object;
     }
     on_change_(object);
+  }
+  static std::optional<uint64_t> NumericVersion(const Json& object) {
+    const std::string rv = k8s::GetString(object, {"metadata", "resourceVersion"});
+    uint64_t value = 0;
+    auto [end, ec] = std::from_chars(rv.data(), rv.data() + rv.size(), value);
+    if (rv.empty() || ec != std::errc() || end != rv.data() + rv.size()) return std::nullopt;
+    return value;
   }
 
   OnChange on_change_;
   mutable std::mutex mu_;
   std::map<std::string, Json> objects_;
+  std::map<std::string, uint64_t> remembered_;  // key -> resourceVersion this controller wrote
   std::atomic<bool> synced_{false};
 };
 

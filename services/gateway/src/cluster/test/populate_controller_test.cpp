@@ -82,6 +82,19 @@ class PopulateControllerTest : public ::testing::Test {
     auto o = api_.Find(kube::kDataVolumes, "vms", dv);
     return o ? o->value("/status/phase"_json_pointer, std::string()) : "";
   }
+  // The reasons of every event posted, once one with `last` is among them (or after 5 s).
+  std::vector<std::string> WaitEventReasons(const std::string& last) {
+    std::vector<std::string> reasons;
+    for (auto deadline = std::chrono::steady_clock::now() + 5s;;) {
+      reasons.clear();
+      for (const Json& e : api_.All(kube::kEvents)) reasons.push_back(e["reason"]);
+      if (std::find(reasons.begin(), reasons.end(), last) != reasons.end() ||
+          std::chrono::steady_clock::now() > deadline) {
+        return reasons;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+  }
   bool WaitPhase(const std::string& dv, const std::string& phase) {
     return api_.WaitFor(kube::kDataVolumes, "vms", dv, [&](const Found& o) {
       return o && o->value("/status/phase"_json_pointer, std::string()) == phase;
@@ -158,8 +171,8 @@ TEST_F(PopulateControllerTest, HttpDataVolumeToSucceeded) {
                            [](const Found& o) { return !o.has_value(); }));
   ASSERT_TRUE(WaitPhase("golden", "Succeeded")) << Phase("golden");
 
-  std::vector<std::string> reasons;
-  for (const Json& e : api_.All(kube::kEvents)) reasons.push_back(e["reason"]);
+  // The events follow the status write that they tell of.
+  const std::vector<std::string> reasons = WaitEventReasons("ImportSucceeded");
   for (const char* want :
        {"Populating", "Populated", "ImportScheduled", "ImportInProgress", "ImportSucceeded"}) {
     EXPECT_NE(std::find(reasons.begin(), reasons.end(), want), reasons.end()) << want;
@@ -296,8 +309,7 @@ TEST_F(PopulateControllerTest, UploadDataVolumeToSucceeded) {
   ASSERT_TRUE(api_.WaitFor(kube::kPersistentVolumeClaims, "vms", prime_name,
                            [](const Found& o) { return !o.has_value(); }));
 
-  std::vector<std::string> reasons;
-  for (const Json& e : api_.All(kube::kEvents)) reasons.push_back(e["reason"]);
+  const std::vector<std::string> reasons = WaitEventReasons("UploadSucceeded");
   for (const char* want :
        {"Populating", "Populated", "UploadScheduled", "UploadReady", "UploadSucceeded"}) {
     EXPECT_NE(std::find(reasons.begin(), reasons.end(), want), reasons.end()) << want;
