@@ -358,6 +358,12 @@ void WriteSidecar(k8s::JsonWriter& w, const Sidecar& s, const Policy& policy) {
   w.EndObject();
 }
 
+bool IsVirtiofsContainer(const PodFacts::Container& c) {
+  return c.name.rfind("virtiofs-", 0) == 0 &&
+         std::any_of(c.volume_mounts.begin(), c.volume_mounts.end(),
+                     [](const PodFacts::Mount& m) { return m.mount_path == kVirtiofsSocketDir; });
+}
+
 // Every app container reaches the sidecar through the socket directory: the socket volume's mount
 // and WISP_TOKEN_URL, each added only where it is missing, so a second pass (reinvocation after a
 // later webhook added a container, azure-workload-identity's #791) wires the new container alone.
@@ -370,6 +376,10 @@ std::vector<std::string> WireAppContainers(PatchText& patch,
   for (size_t i = 0; i < list.size(); ++i) {
     const PodFacts::Container* c = list[i];
     if (c == nullptr || c->name == kSidecarName) continue;
+    // virtiofsd's containers in a virt-launcher pod (KubeVirt's virtiofs-<volume>, whether
+    // virt-controller or wisp's launcher rule rendered them, which runs after this one) only
+    // share files with the guest: no token URL, on the first pass or a reinvocation alike.
+    if (IsVirtiofsContainer(*c)) continue;
     const bool mounted =
         std::any_of(c->volume_mounts.begin(), c->volume_mounts.end(), [](const PodFacts::Mount& m) {
           return m.name == kSocketVolume || m.mount_path == kSocketDir;
