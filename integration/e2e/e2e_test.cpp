@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <filesystem>
@@ -35,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "wisp/fsutil/read_file.hpp"
+#include "wisp/http/server.hpp"
 #include "wisp/integration/kube.hpp"
 #include "wisp/integration/stack.hpp"
 #include "wisp/populator/testing/test_http_server.hpp"
@@ -1195,6 +1197,213 @@ TEST(Story5, GatewayDownBlocksNoStatusUpdateDeletionOrFinalizerRemoval) {
   EXPECT_NE(g_kube->Kubectl({"-n", "vms", "get", "vmi", "finalized"}).output.find("NotFound"),
             std::string::npos)
       << "the VMI is gone once its finalizer is";
+}
+
+// ---- issue 25 item 3: race-free injection ---------------------------------------------------
+
+// The sum of the samples of `name` in wisp-gateway's /metrics whose labels contain every one of
+// `labels` (e.g. `source="get"`).
+double GatewayMetric(const std::string& name, const std::vector<std::string>& labels = {}) {
+  CommandResult r = RunArgv(
+      {"curl", "-sS", "--max-time", "5",
+       "http://127.0.0.1:" + std::to_string(g_stack->metrics_port("wisp-gateway")) + "/metrics"},
+      "", false);
+  double total = 0;
+  std::istringstream lines(r.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + "{", 0) != 0 && line.rfind(name + " ", 0) != 0) continue;
+    bool all = true;
+    for (const auto& l : labels) all = all && line.find(l) != std::string::npos;
+    if (all) total += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return total;
+}
+
+// The audit events (ResponseComplete) of the creation of pod `ns`/`name`, from a started
+// cluster's audit log.
+std::vector<Json> PodCreateAuditEvents(const std::string& ns, const std::string& name) {
+  std::vector<Json> out;
+  std::ifstream log(g_kube->audit_log_file());
+  std::string line;
+  while (std::getline(log, line)) {
+    Json e = Json::parse(line, nullptr, false);
+    if (!e.is_object() || e.value("stage", "") != "ResponseComplete" ||
+        e.value("verb", "") != "create") {
+      continue;
+    }
+    const Json ref = e.value("objectRef", Json::object());
+    if (ref.value("resource", "") == "pods" && ref.value("namespace", "") == ns &&
+        ref.value("name", "") == name && !ref.contains("subresource")) {
+      out.push_back(e);
+    }
+  }
+  return out;
+}
+
+std::string ServiceAccountAndPod(const std::string& ns, const std::string& name) {
+  return "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: " + name +
+         "\n  namespace: " + ns +
+         "\n  annotations:\n    eks.amazonaws.com/role-arn: arn:aws:iam::111122223333:role/" +
+         name + "\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name +
+         "\n  namespace: " + ns + "\nspec:\n  serviceAccountName: " + name +
+         "\n  containers:\n  - name: app\n    image: registry.example/apps/app:1.0\n";
+}
+
+// A ServiceAccount and a pod using it, created by one `kubectl create` (the pod follows the
+// ServiceAccount within milliseconds, IRSA's #174/#264): in a namespace labelled for identity by
+// ServiceAccount, each pod reaches wisp (pods-by-serviceaccount.mutate.wisp.dev) although it asks
+// nothing itself, and wisp-policy received the ServiceAccount's annotations: the gateway found
+// every one (its metrics, by where the answer came from) and wisp-policy's audit annotation in
+// the apiserver's audit log names the annotation. The same in a namespace without the label
+// costs no lookup: the pod never reaches wisp.
+TEST(ServiceAccountIdentity, PodCreatedRightAfterItsServiceAccountCarriesItsAnnotations) {
+  ASSERT_TRUE(g_kube->CreateNamespace("sa-ids", "wisp.dev/serviceaccount-identity=enabled").ok());
+  const std::string lookups = "wisp_gateway_service_account_lookups_total";
+  const double found_before = GatewayMetric(lookups, {"result=\"found\""});
+  const double get_before = GatewayMetric(lookups, {"source=\"get\"", "result=\"found\""});
+  constexpr int kPods = 6;
+  for (int i = 0; i < kPods; ++i) {
+    CommandResult r = g_kube->Kubectl({"create", "-f", "-"},
+                                      ServiceAccountAndPod("sa-ids", "app-" + std::to_string(i)));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const double found = GatewayMetric(lookups, {"result=\"found\""}) - found_before;
+  const double by_get = GatewayMetric(lookups, {"source=\"get\"", "result=\"found\""}) - get_before;
+  std::cout << "sa-ids: " << found << " of " << kPods
+            << " pods' ServiceAccounts found by the gateway, " << by_get
+            << " of them by a live GET (the watch had not delivered the ServiceAccount yet)"
+            << std::endl;
+  EXPECT_EQ(found, kPods);
+  EXPECT_EQ(GatewayMetric(lookups, {"result=\"error\""}), 0);
+
+  if (g_kube->audit_log_file().empty()) {
+    std::cout << "sa-ids: a given cluster's audit log is not readable here; the gateway's "
+                 "metrics above are the evidence"
+              << std::endl;
+  } else {
+    for (int i = 0; i < kPods; ++i) {
+      const std::string name = "app-" + std::to_string(i);
+      SCOPED_TRACE(name);
+      std::vector<Json> events;
+      for (int t = 0; t < 40 && events.empty(); ++t) {
+        events = PodCreateAuditEvents("sa-ids", name);
+        if (events.empty()) std::this_thread::sleep_for(250ms);
+      }
+      ASSERT_EQ(events.size(), 1u);
+      const Json annotations = events[0].value("annotations", Json::object());
+      EXPECT_EQ(annotations.value(
+                    "pods-by-serviceaccount.mutate.wisp.dev/serviceaccount-annotations", ""),
+                "eks.amazonaws.com/role-arn")
+          << annotations.dump(2);
+    }
+  }
+
+  // No label, no call: the same in namespace plain adds no lookup at all.
+  const double all_before = GatewayMetric(lookups);
+  CommandResult plain =
+      g_kube->Kubectl({"create", "-f", "-"}, ServiceAccountAndPod("plain", "irsa"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(GatewayMetric(lookups), all_before);
+}
+
+// A second mutating webhook, registered after wisp's (configurations run in name order), adds a
+// container to the pods it selects, as a service mesh or a log agent does. wisp's pods webhook
+// (reinvocationPolicy IfNeeded) is called again and wires that container too: the sidecar's
+// socket mount and WISP_TOKEN_URL, what it gives every container, once each, and the sidecar is
+// not injected twice (azure-workload-identity's #791 is this case, left unwired).
+TEST(Reinvocation, ContainerAddedByALaterWebhookGetsWispsWiring) {
+  std::atomic<int> calls{0};
+  auto server = http::Server::Create({.address = "0.0.0.0",
+                                      .port = 0,
+                                      .cert_file = g_stack->dir() + "/pki/gateway.pem",
+                                      .key_file = g_stack->dir() + "/pki/gateway-key.pem",
+                                      .threads = 1,
+                                      .name = "later-webhook"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->Handle("POST", "/add-container", [&calls](const http::Request& r) {
+    ++calls;
+    const Json review = Json::parse(r.body, nullptr, false);
+    if (!review.is_object() || !review.contains("request")) {
+      return http::Response::Error(400, "not an AdmissionReview");
+    }
+    const Json& request = review["request"];
+    Json response = {{"uid", request.value("uid", "")}, {"allowed", true}};
+    const Json containers = request["object"]["spec"].value("containers", Json::array());
+    if (FindByName(containers, "added-later") == nullptr) {
+      const Json patch = Json::array(
+          {{{"op", "add"},
+            {"path", "/spec/containers/-"},
+            {"value", {{"name", "added-later"}, {"image", "registry.example/agent:1.0"}}}}});
+      CommandResult b64 = RunArgv({"base64", "-w0"}, patch.dump(), false);
+      response["patchType"] = "JSONPatch";
+      response["patch"] = b64.output;
+    }
+    return http::Response::Json(200, Json({{"apiVersion", "admission.k8s.io/v1"},
+                                           {"kind", "AdmissionReview"},
+                                           {"response", response}})
+                                         .dump());
+  });
+  ASSERT_TRUE((*server)->Start().ok());
+  CommandResult ca = RunArgv({"base64", "-w0", g_stack->ca_file()});
+  ASSERT_EQ(ca.exit_code, 0) << ca.output;
+  const std::string config =
+      "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\n"
+      "metadata: {name: zz-e2e-later-webhook}\nwebhooks:\n"
+      "- name: adds-container.e2e.wisp.dev\n  admissionReviewVersions: [v1]\n"
+      "  clientConfig:\n    url: https://" +
+      WebhookHost() + ":" + std::to_string((*server)->port()) +
+      "/add-container\n    caBundle: " + ca.output +
+      "\n  rules: [{apiGroups: [\"\"], apiVersions: [v1], resources: [pods], operations: "
+      "[CREATE]}]\n"
+      "  objectSelector: {matchLabels: {e2e.wisp.dev/later-webhook: \"true\"}}\n"
+      "  sideEffects: None\n  failurePolicy: Fail\n  timeoutSeconds: 5\n"
+      "  reinvocationPolicy: Never\n";
+  ASSERT_TRUE(g_kube->MustKubectl({"apply", "--server-side", "-f", "-"}, config).ok());
+  std::string pod = ReadManifest("loader-pod.yaml");
+  pod.replace(pod.find("name: data-loader\n"), 18,
+              "name: data-loader-reinvoked\n  labels: {e2e.wisp.dev/later-webhook: \"true\"}\n");
+  // The apiserver picks the configuration up from an informer: wait until a dry run shows it.
+  Created dry;
+  for (int i = 0; i < 120; ++i) {
+    dry = Create(pod, {"--dry-run=server"});
+    if (dry.exit_code == 0 && dry.output.find("added-later") != std::string::npos) break;
+    std::this_thread::sleep_for(250ms);
+  }
+  ASSERT_NE(dry.output.find("added-later"), std::string::npos) << dry.output;
+
+  Created c = Create(pod);
+  (void)g_kube->Kubectl({"delete", "mutatingwebhookconfiguration", "zz-e2e-later-webhook"});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const Json& spec = c.object["spec"];
+  const Json* added = FindByName(spec["containers"], "added-later");
+  ASSERT_NE(added, nullptr) << spec.dump(2);
+  // wisp's socket mount, once (kube-apiserver's ServiceAccount plugin, run again after the
+  // reinvocation, adds its kube-api-access mount beside it).
+  int socket_mounts = 0;
+  for (const auto& m : added->value("volumeMounts", Json::array())) {
+    if (m == Json::parse(R"({"name":"wisp-token-socket","mountPath":"/var/run/wisp"})")) {
+      ++socket_mounts;
+    }
+  }
+  EXPECT_EQ(socket_mounts, 1) << added->dump(2);
+  EXPECT_EQ(added->value("env", Json()),
+            Json::parse(R"([{"name":"WISP_TOKEN_URL","value":"unix:///var/run/wisp/token.sock"}])"))
+      << added->dump(2);
+  // The user's container is wired once; the sidecar is there once.
+  const Json* loader = FindByName(spec["containers"], "loader");
+  ASSERT_NE(loader, nullptr);
+  EXPECT_EQ(loader->value("env", Json::array()).size(), 1u) << loader->dump(2);
+  int sidecars = 0;
+  for (const char* list : {"containers", "initContainers"}) {
+    for (const auto& ctr : spec.value(list, Json::array())) {
+      sidecars += ctr.value("name", "") == "wisp-sidecar" ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(sidecars, 1) << spec.dump(2);
+  std::cout << "reinvocation: the later webhook was called " << calls.load()
+            << " times (dry runs included); added-later wired by wisp's second call" << std::endl;
+  (*server)->Stop();
 }
 
 }  // namespace

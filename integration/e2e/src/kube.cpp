@@ -193,6 +193,13 @@ absl::Status KubeCluster::Start(const std::string& bin_dir) {
            .env = {{"ETCD_UNSUPPORTED_ARCH", ""}}}));
   WISP_RETURN_IF_ERROR(WaitForTcp("127.0.0.1", etcd_client, 20s));
 
+  // An audit log of pod creations (Metadata: the annotations webhooks return are in it), so a test
+  // can see what wisp's webhooks recorded about a pod.
+  std::ofstream(d + "/audit-policy.yaml")
+      << "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n"
+      << "- level: Metadata\n  verbs: [create]\n  resources: [{group: \"\", resources: [pods]}]\n"
+      << "- level: None\n";
+  audit_log_ = d + "/audit.log";
   const int port = FreePort();
   WISP_ASSIGN_OR_RETURN(
       apiserver_,
@@ -211,7 +218,9 @@ absl::Status KubeCluster::Start(const std::string& bin_dir) {
                     // endpoints right, and a loopback advertise address is refused by the
                     // default reconciler.
                     "--endpoint-reconciler-type=none", "--allow-privileged=true",
-                    "--cert-dir=" + d + "/apiserver-certs", "--profiling=false"}}));
+                    "--cert-dir=" + d + "/apiserver-certs", "--profiling=false",
+                    "--audit-policy-file=" + d + "/audit-policy.yaml",
+                    "--audit-log-path=" + audit_log_, "--audit-log-mode=blocking"}}));
 
   kubeconfig_ = d + "/admin.kubeconfig";
   std::ofstream(kubeconfig_)

@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 #include "admission/admission_handler.hpp"
 #include "cluster/committed_objects.hpp"
 #include "cluster/populate_controller.hpp"
+#include "cluster/service_account_cache.hpp"
 #include "cluster/source_ca.hpp"
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_split.h"
@@ -26,6 +29,11 @@ namespace wisp::gateway {
 
 // The parts behind the doors, each built from the bus and its settings.
 struct Gateway::Parts {
+  // The Kubernetes API (--in-cluster / --kubeconfig), and the ServiceAccounts admission reads
+  // through it: before the admission handler, which points at them, so they outlive it.
+  kube::ClientPtr kube;
+  kube::ClientPtr kube_get;  // the ServiceAccount GETs': one try, the GET timeout
+  std::unique_ptr<cluster::ServiceAccountCache> service_accounts;
   // Admission's bus requests over the HTTPS I/O threads' own connections (see Gateway::Stop).
   std::unique_ptr<bus::LoopRequester> admission_bus;
   std::unique_ptr<admission::AdmissionHandler> admission;
@@ -35,7 +43,6 @@ struct Gateway::Parts {
   std::unique_ptr<upload::KeyCacheVerifier> upload_verifier;
   std::unique_ptr<upload::UploadHandler> upload;
   // The watch of the apiserver (--in-cluster / --kubeconfig).
-  kube::ClientPtr kube;
   std::unique_ptr<cluster::CommittedObjects> committed;
   std::unique_ptr<cluster::PopulateController> populate;
   std::unique_ptr<kube::LeaderElector> elector;
@@ -180,6 +187,40 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
   flags.String("leader-election-identity", &s.leader_election_identity,
                "This replica's name in the Lease (default: the host name, which is the pod's "
                "name in Kubernetes).");
+  flags.Bool(
+      "service-account-cache", &s.service_account_cache,
+      "With --in-cluster / --kubeconfig: every pod CREATE sent to the webhooks carries its "
+      "ServiceAccount's annotations to wisp-policy (identity presets chosen per ServiceAccount, "
+      "such as eks.amazonaws.com/role-arn), read from a watch of every ServiceAccount (no I/O "
+      "per admission), or, for one the watch has not delivered yet (a pod created right after "
+      "its ServiceAccount), with a live GET (--service-account-get-timeout). Needs get, list "
+      "and watch on serviceaccounts (the chart's ClusterRole). --no-service-account-cache: "
+      "neither; pod admissions carry no ServiceAccount annotations.");
+  auto positive = [](std::chrono::milliseconds d) {
+    return d.count() > 0 ? absl::OkStatus() : absl::InvalidArgumentError("must be > 0");
+  };
+  auto not_negative = [](std::chrono::milliseconds d) {
+    return d.count() >= 0 ? absl::OkStatus() : absl::InvalidArgumentError("must not be negative");
+  };
+  flags.Duration("service-account-get-timeout", &s.service_account_get_timeout,
+                 "Bound on the live GET of a ServiceAccount the watch has not delivered (one "
+                 "try, no retry). Its time comes out of the webhook's timeoutSeconds: keep it "
+                 "well below it.",
+                 positive);
+  flags.Duration("service-account-cache-ttl", &s.service_account_cache_ttl,
+                 "How long the answer of a live GET that found the ServiceAccount is kept for "
+                 "the next pods of it, until the watch delivers it (which replaces it at once). "
+                 "0 = not kept.",
+                 not_negative);
+  flags.Duration("service-account-missing-ttl", &s.service_account_missing_ttl,
+                 "How long a live GET's \"no such ServiceAccount\" is kept (the watch delivering "
+                 "the ServiceAccount replaces it at once). 0 = not kept.",
+                 not_negative);
+  flags.Enum("service-account-failure-mode", &s.service_account_failure_mode, {"open", "closed"},
+             "What a pod admission does when its ServiceAccount cannot be read (the GET failed "
+             "or timed out): open admits the pod as it asks, without what its ServiceAccount's "
+             "annotations would choose, with the warning \"wisp: ServiceAccount <ns>/<name> "
+             "could not be read ...\"; closed denies it (code 500) with that message.");
 }
 
 absl::Status ValidateGatewaySettings(const GatewaySettings& s) {
@@ -254,7 +295,48 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
         return bus::Reply::Ok(j.dump());
       }));
 
+  // The Kubernetes API, when given: pod admission reads ServiceAccounts through it, the CSI
+  // controller the CA bundle of a source's certConfigMap, and the watch and controllers below use it.
+  std::optional<kube::Config> kube_config;
+  if (settings.in_cluster || !settings.kubeconfig.empty()) {
+    WISP_ASSIGN_OR_RETURN(kube_config,
+                          settings.in_cluster
+                              ? kube::LoadInCluster()
+                              : kube::LoadKubeconfig(settings.kubeconfig, settings.kube_context));
+    WISP_ASSIGN_OR_RETURN(gw->parts_->kube, kube::NewClient(*kube_config));
+  }
   WISP_ASSIGN_OR_RETURN(auto failure_mode, admission::ParseFailureMode(settings.failure_mode));
+  WISP_ASSIGN_OR_RETURN(auto sa_failure_mode,
+                        admission::ParseFailureMode(settings.service_account_failure_mode));
+  if (!gw->parts_->kube) {
+    SPDLOG_LOGGER_INFO(logger,
+                       "no Kubernetes API client (--in-cluster / --kubeconfig unset): pod "
+                       "admissions carry no ServiceAccount annotations");
+  } else if (!settings.service_account_cache) {
+    SPDLOG_LOGGER_INFO(logger,
+                       "--no-service-account-cache: pod admissions carry no ServiceAccount "
+                       "annotations");
+  } else {
+    // GETs on their own client: one try bounded by the GET timeout, and not queued behind the
+    // controllers' requests in the shared client's rate limit.
+    WISP_ASSIGN_OR_RETURN(
+        gw->parts_->kube_get,
+        kube::NewClient(*kube_config, {.qps = 0,
+                                       .max_attempts = 1,
+                                       .request_timeout = settings.service_account_get_timeout,
+                                       .user_agent = "wisp-gateway/serviceaccounts"}));
+    gw->parts_->service_accounts = std::make_unique<cluster::ServiceAccountCache>(
+        *gw->parts_->kube, *gw->parts_->kube_get, process.registry(), SystemClock::Instance(),
+        cluster::ServiceAccountCacheOptions{.fetched_ttl = settings.service_account_cache_ttl,
+                                            .missing_ttl = settings.service_account_missing_ttl});
+    gw->parts_->service_accounts->Start();
+    SPDLOG_LOGGER_INFO(logger,
+                       "pod admissions carry their ServiceAccount's annotations (watching "
+                       "serviceaccounts; a GET of at most {} ms for one not seen yet, failure "
+                       "mode {})",
+                       settings.service_account_get_timeout.count(),
+                       settings.service_account_failure_mode);
+  }
   bus::Requester* admission_bus = &process.bus();
   if (gw->https_ && settings.admission_bus_per_thread) {
     WISP_ASSIGN_OR_RETURN(gw->parts_->admission_bus,
@@ -266,7 +348,9 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
       *admission_bus, process.registry(),
       admission::AdmissionOptions{.failure_mode = failure_mode,
                                   .max_timeout = settings.admission_timeout,
-                                  .kubernetes_version = settings.kubernetes_version});
+                                  .kubernetes_version = settings.kubernetes_version,
+                                  .service_accounts = gw->parts_->service_accounts.get(),
+                                  .service_account_failure_mode = sa_failure_mode});
   if (gw->https_) {
     admission::RegisterAdmissionRoutes(*gw->https_, *gw->parts_->admission);
     // Discovery and JWKS follow the key set from a local cache; STS goes to wisp-token.
@@ -282,17 +366,6 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
         *gw->https_, *gw->parts_->upload,
         {.max_body_bytes = static_cast<uint64_t>(settings.upload_max_bytes),
          .max_concurrent = static_cast<int>(settings.upload_max_concurrent)});
-  }
-
-  // The apiserver (--in-cluster / --kubeconfig): the watch, the controllers, and what the CSI
-  // controller reads for CreateVolume (the CA bundle of a source's certConfigMap).
-  std::optional<kube::Config> kube_config;
-  if (settings.in_cluster || !settings.kubeconfig.empty()) {
-    WISP_ASSIGN_OR_RETURN(kube_config,
-                          settings.in_cluster
-                              ? kube::LoadInCluster()
-                              : kube::LoadKubeconfig(settings.kubeconfig, settings.kube_context));
-    WISP_ASSIGN_OR_RETURN(gw->parts_->kube, kube::NewClient(*kube_config));
   }
 
   if (!settings.csi_endpoint.empty()) {
@@ -321,7 +394,7 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
     SPDLOG_LOGGER_INFO(logger, "serving CSI ({}) on {}", settings.csi_role, settings.csi_endpoint);
   }
 
-  if (kube_config) {
+  if (gw->parts_->kube) {
     const kube::Config& config = *kube_config;
     gw->parts_->committed = std::make_unique<cluster::CommittedObjects>(
         *gw->parts_->kube, process.bus(), process.registry(), cluster::CommittedObjectsOptions{});
@@ -385,6 +458,8 @@ void Gateway::Stop() {
     if (parts_ && parts_->admission_bus) parts_->admission_bus.reset();
     https_.reset();
   }
+  // After the webhooks: a lookup still waiting is answered (an error) before the cache goes.
+  if (parts_ && parts_->service_accounts) parts_->service_accounts->Stop();
   if (parts_ && parts_->csi) parts_->csi->Stop();
   parts_.reset();
 }

@@ -4,7 +4,8 @@
 // (/v1/token) and uploads (/v1/upload/<volume>); one unix socket carries CSI. Everything behind
 // them is a bus request to wisp-policy, wisp-token or wisp-populator. With --in-cluster or
 // --kubeconfig it also opens the third door, a watch of the apiserver whose stored objects become
-// bus requests (cluster/committed_objects.hpp).
+// bus requests (cluster/committed_objects.hpp), and a cache of ServiceAccounts whose annotations
+// pod admissions carry to wisp-policy (cluster/service_account_cache.hpp).
 //
 // Gateway owns the servers and the parts; main.cpp only parses GatewaySettings and runs it.
 #include <chrono>
@@ -58,6 +59,13 @@ struct GatewaySettings {
   bool leader_election = false;
   std::string leader_election_namespace;
   std::string leader_election_identity;  // default: node name and pid
+  // Pod admission reads the pod's ServiceAccount (cluster/service_account_cache.hpp) with that
+  // access: a watch-fed cache, a live GET on a miss.
+  bool service_account_cache = true;
+  std::chrono::milliseconds service_account_get_timeout = std::chrono::seconds(1);
+  std::chrono::milliseconds service_account_cache_ttl = std::chrono::seconds(5);
+  std::chrono::milliseconds service_account_missing_ttl = std::chrono::seconds(1);
+  std::string service_account_failure_mode = "open";
 };
 
 void AddGatewayFlags(config::Flags& flags, GatewaySettings& settings);

@@ -1,6 +1,8 @@
 // Rule f (pod token audiences) and the mutate/validate paths that run the registry's rules.
+#include <algorithm>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "rules_internal.hpp"
 #include "wisp/policy/registry.hpp"
@@ -150,6 +152,17 @@ Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLook
     last_mutated = std::move(mutated);
   }
   if (last_mutated) total.mutated = std::move(*last_mutated);
+  // Which annotations of the pod's ServiceAccount the gateway read from the apiserver (its keys:
+  // the values are the ServiceAccount's to show), so the audit log says what a choice made per
+  // ServiceAccount was made from.
+  if (in.call.service_account_found()) {
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : in.call.service_account_annotations()) keys.push_back(k);
+    std::sort(keys.begin(), keys.end());
+    std::string joined;
+    for (const auto& k : keys) joined += (joined.empty() ? "" : ",") + k;
+    total.audit_annotations["serviceaccount-annotations"] = joined.empty() ? "(none)" : joined;
+  }
   return total;
 }
 

@@ -358,6 +358,48 @@ void WriteSidecar(k8s::JsonWriter& w, const Sidecar& s, const Policy& policy) {
   w.EndObject();
 }
 
+bool IsVirtiofsContainer(const PodFacts::Container& c) {
+  return c.name.rfind("virtiofs-", 0) == 0 &&
+         std::any_of(c.volume_mounts.begin(), c.volume_mounts.end(),
+                     [](const PodFacts::Mount& m) { return m.mount_path == kVirtiofsSocketDir; });
+}
+
+// Every app container reaches the sidecar through the socket directory: the socket volume's mount
+// and WISP_TOKEN_URL, each added only where it is missing, so a second pass (reinvocation after a
+// later webhook added a container, azure-workload-identity's #791) wires the new container alone.
+// `containers` as the patch leaves them (nullptr: the injected sidecar). The names of the
+// containers it changed.
+std::vector<std::string> WireAppContainers(PatchText& patch,
+                                           const std::vector<const PodFacts::Container*>& list) {
+  using Shape = PodFacts::Shape;
+  std::vector<std::string> wired;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const PodFacts::Container* c = list[i];
+    if (c == nullptr || c->name == kSidecarName) continue;
+    // virtiofsd's containers in a virt-launcher pod (KubeVirt's virtiofs-<volume>, whether
+    // virt-controller or wisp's launcher rule rendered them, which runs after this one) only
+    // share files with the guest: no token URL, on the first pass or a reinvocation alike.
+    if (IsVirtiofsContainer(*c)) continue;
+    const bool mounted =
+        std::any_of(c->volume_mounts.begin(), c->volume_mounts.end(), [](const PodFacts::Mount& m) {
+          return m.name == kSocketVolume || m.mount_path == kSocketDir;
+        });
+    const bool has_url =
+        std::find(c->env_names.begin(), c->env_names.end(), kTokenUrlEnv) != c->env_names.end();
+    const std::string base = "/spec/containers/" + std::to_string(i);
+    if (!mounted) {
+      AddElement(patch, base + "/volumeMounts", c->volume_mounts_shape == Shape::kExpected, "-",
+                 [](k8s::JsonWriter& w) { w.Raw(Fragments().socket_mount); });
+    }
+    if (!has_url) {
+      AddElement(patch, base + "/env", c->env_shape == Shape::kExpected, "-",
+                 [](k8s::JsonWriter& w) { w.Raw(Fragments().token_url_env); });
+    }
+    if (!mounted || !has_url) wired.push_back(c->name);
+  }
+  return wired;
+}
+
 }  // namespace
 
 Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
@@ -382,8 +424,23 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
     return v;
   }
   if (SidecarInjected(pod)) {
-    Verdict v = Outcome(kRule, kOutcomeAllowed);
-    v.message = "The sidecar container was injected, no injection required.";
+    // Injected before: by this webhook, and the pod is back because a later webhook changed it
+    // (reinvocationPolicy IfNeeded). A container that webhook added is wired like the others;
+    // what is wired already is left alone, so a second reinvocation changes nothing.
+    if (auto err = ShapeError(pod, false)) return Deny(kRule, {*err}, 400, "BadRequest");
+    PatchText patch;
+    const std::vector<std::string> wired = WireAppContainers(patch, Without(pod.containers, {}));
+    if (wired.empty()) {
+      Verdict v = Outcome(kRule, kOutcomeAllowed);
+      v.message = "The sidecar container was injected, no injection required.";
+      return v;
+    }
+    Verdict v;
+    v.patch = patch.Take();
+    v.rule_outcomes[std::string(kRule)] = std::string(kOutcomeMutated);
+    std::string names;
+    for (const auto& n : wired) names += (names.empty() ? "" : ",") + n;
+    v.audit_annotations["token-sidecar-wired"] = names;
     return v;
   }
   bool native_allowed = true;
@@ -491,26 +548,7 @@ Verdict EvaluateTokenSidecar(const AdmissionInput& in, const Policy& policy) {
                [](k8s::JsonWriter& w) { w.Raw(Fragments().no_api_token_volume); });
   }
 
-  // Every app container reaches the sidecar through the socket directory.
-  for (size_t i = 0; i < containers.size(); ++i) {
-    const PodFacts::Container* c = containers[i];
-    if (c == nullptr || c->name == kSidecarName) continue;
-    const bool mounted =
-        std::any_of(c->volume_mounts.begin(), c->volume_mounts.end(), [](const PodFacts::Mount& m) {
-          return m.name == kSocketVolume || m.mount_path == kSocketDir;
-        });
-    const bool has_url =
-        std::find(c->env_names.begin(), c->env_names.end(), kTokenUrlEnv) != c->env_names.end();
-    const std::string base = "/spec/containers/" + std::to_string(i);
-    if (!mounted) {
-      AddElement(patch, base + "/volumeMounts", c->volume_mounts_shape == Shape::kExpected, "-",
-                 [](k8s::JsonWriter& w) { w.Raw(Fragments().socket_mount); });
-    }
-    if (!has_url) {
-      AddElement(patch, base + "/env", c->env_shape == Shape::kExpected, "-",
-                 [](k8s::JsonWriter& w) { w.Raw(Fragments().token_url_env); });
-    }
-  }
+  WireAppContainers(patch, containers);
   if (!patch.ok()) {
     // Every string written came from the validated pod or the loaded policy; one that is not UTF-8
     // is the policy's.

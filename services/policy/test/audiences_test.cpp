@@ -130,6 +130,24 @@ TEST(PodTokenAudiencesTest, FieldsNameTheirIndex) {
   EXPECT_TRUE(deferred->object.is_null());
 }
 
+// Tests that the mutate path records in the audit log which ServiceAccount annotations the
+// gateway delivered (keys, sorted), and nothing when it found no ServiceAccount.
+TEST(DispatchTest, AuditsTheServiceAccountAnnotationsItWasGiven) {
+  auto in = testing::Pod(R"({"metadata":{"name":"p"},"spec":{"containers":[{"name":"a"}]}})");
+  EXPECT_EQ(EvaluateMutate(in, Policy{}, testing::NoRecords())
+                .audit_annotations.count("serviceaccount-annotations"),
+            0u);
+  in.call.set_service_account_found(true);
+  EXPECT_EQ(EvaluateMutate(in, Policy{}, testing::NoRecords())
+                .audit_annotations.at("serviceaccount-annotations"),
+            "(none)");
+  (*in.call.mutable_service_account_annotations())["eks.amazonaws.com/role-arn"] = "arn:x";
+  (*in.call.mutable_service_account_annotations())["azure.workload.identity/client-id"] = "c";
+  EXPECT_EQ(EvaluateMutate(in, Policy{}, testing::NoRecords())
+                .audit_annotations.at("serviceaccount-annotations"),
+            "azure.workload.identity/client-id,eks.amazonaws.com/role-arn");
+}
+
 // Tests that the mutate path chains rules and the validate path dispatches by kind.
 TEST(DispatchTest, MutateAndValidate) {
   auto in =

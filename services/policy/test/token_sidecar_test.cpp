@@ -76,6 +76,58 @@ TEST(TokenSidecarTest, InjectsIntoHostNetworkPodAndIsReinvocationSafe) {
   EXPECT_EQ(again.message, "The sidecar container was injected, no injection required.");
 }
 
+// Tests reinvocation after a later webhook added containers (reinvocationPolicy IfNeeded;
+// azure-workload-identity's #791): each new container gets the socket mount and WISP_TOKEN_URL,
+// what it has already is not added twice, the sidecar is not injected again, and a third pass
+// changes nothing.
+TEST(TokenSidecarTest, ContainersAddedByALaterWebhookAreWiredOnReinvocation) {
+  for (auto mode : {NativeSidecarMode::kOn, NativeSidecarMode::kOff}) {
+    SCOPED_TRACE(mode == NativeSidecarMode::kOn ? "native" : "classic");
+    Policy policy;
+    policy.native_sidecar = mode;
+    auto in = Pod(LoaderPod(true), "ml", "1.30");
+    Json out = Apply(in, EvaluateTokenSidecar(in, policy));
+    // The later webhook: one bare container, one that already has the environment variable.
+    out["spec"]["containers"].push_back(Json::parse(R"({"name":"mesh","image":"mesh:1"})"));
+    out["spec"]["containers"].push_back(Json::parse(R"({"name":"agent","image":"agent:1",
+      "env":[{"name":"WISP_TOKEN_URL","value":"unix:///custom.sock"}]})"));
+    auto reinvoked = Rerun(in, out);
+    Verdict v = EvaluateTokenSidecar(reinvoked, policy);
+    ASSERT_TRUE(v.allowed) << v.message;
+    EXPECT_EQ(v.rule_outcomes.at("token_sidecar"), "mutated");
+    EXPECT_EQ(v.audit_annotations.at("token-sidecar-wired"), "mesh,agent");
+    Json wired = Apply(reinvoked, v);
+    const Json& containers = wired["spec"]["containers"];
+    size_t sidecars = 0;
+    const Json inits = wired["spec"].value("initContainers", Json::array());
+    for (const Json* list : {&containers, &inits}) {
+      if (!list->is_array()) continue;
+      for (const auto& c : *list) sidecars += c["name"] == "wisp-sidecar" ? 1 : 0;
+    }
+    EXPECT_EQ(sidecars, 1u);
+    const Json socket_mount =
+        Json::parse(R"([{"name":"wisp-token-socket","mountPath":"/var/run/wisp"}])");
+    const Json url_env =
+        Json::parse(R"([{"name":"WISP_TOKEN_URL","value":"unix:///var/run/wisp/token.sock"}])");
+    for (const auto& c : containers) {
+      if (c["name"] == "mesh") {
+        EXPECT_EQ(c["volumeMounts"], socket_mount) << c.dump();
+        EXPECT_EQ(c["env"], url_env) << c.dump();
+      } else if (c["name"] == "agent") {
+        EXPECT_EQ(c["volumeMounts"], socket_mount) << c.dump();
+        EXPECT_EQ(c["env"].size(), 1u) << c.dump();  // the container's own value is kept
+        EXPECT_EQ(c["env"][0]["value"], "unix:///custom.sock");
+      } else if (c["name"] == "main") {
+        EXPECT_EQ(c["env"], url_env) << c.dump();  // not added twice
+        EXPECT_EQ(c["volumeMounts"].size(), 2u) << c.dump();
+      }
+    }
+    Verdict third = EvaluateTokenSidecar(Rerun(in, wired), policy);
+    EXPECT_TRUE(third.patch.empty()) << third.patch;
+    EXPECT_EQ(third.message, "The sidecar container was injected, no injection required.");
+  }
+}
+
 // Tests the annotation handling: absent or false leaves the pod alone, other values are denied.
 TEST(TokenSidecarTest, StrictAnnotationValues) {
   struct Case {

@@ -114,6 +114,50 @@ struct AdmissionHandler::State {
   std::map<std::string, prometheus::Counter*, std::less<>> requests;  // "webhook/kind/outcome"
 };
 
+// What the answer needs once the policy replies; the request is gone by then.
+struct AdmissionHandler::Pending {
+  std::string api_version, uid, kind, namespace_, name;
+  std::vector<std::string> warnings;  // the gateway's own, before wisp-policy's
+};
+
+bool AdmissionHandler::AddServiceAccount(State& st, const ServiceAccountAnswer& answer,
+                                         const std::string& ns, const std::string& name,
+                                         v1::AdmissionCall& call, Pending& pending, bool mutate,
+                                         Clock::time_point start, const http::Responder& done) {
+  static const auto logger = log::Get("admission");
+  switch (answer.kind) {
+    case ServiceAccountAnswer::Kind::kFound:
+      call.set_service_account_found(true);
+      if (answer.annotations) {
+        call.mutable_service_account_annotations()->insert(answer.annotations->begin(),
+                                                           answer.annotations->end());
+      }
+      return true;
+    case ServiceAccountAnswer::Kind::kNotFound:
+      return true;
+    case ServiceAccountAnswer::Kind::kError:
+      break;
+  }
+  const std::string what = "wisp: ServiceAccount " + ns + "/" + name + " could not be read";
+  SPDLOG_LOGGER_WARN(logger, "{} Pod {}/{}: {}: {}", Webhook(mutate), pending.namespace_,
+                     pending.name, what, answer.error);
+  if (st.options.service_account_failure_mode == FailureMode::kOpen) {
+    pending.warnings.push_back(what + " (" + answer.error +
+                               "); the pod is admitted as it asks, without identity chosen by "
+                               "its ServiceAccount's annotations");
+    return true;
+  }
+  k8s::AdmissionResponse resp;
+  resp.uid = pending.uid;
+  resp.allowed = false;
+  resp.code = 500;
+  resp.message = what + ": " + answer.error;
+  st.Requests(mutate, pending.kind, "fail_closed").Increment();
+  st.duration[mutate ? 1 : 0]->Observe(std::chrono::duration<double>(Clock::now() - start).count());
+  done(http::Response::Json(200, k8s::EncodeAdmissionReview(pending.api_version, resp)));
+  return false;
+}
+
 AdmissionHandler::AdmissionHandler(bus::Requester& bus, prometheus::Registry& registry,
                                    AdmissionOptions options)
     : bus_(bus), state_(std::make_shared<State>(registry, std::move(options))) {}
@@ -128,7 +172,6 @@ http::Response AdmissionHandler::Handle(const http::Request& request, bool mutat
 
 void AdmissionHandler::HandleAsync(const http::Request& request, bool mutate,
                                    http::Responder done) {
-  static const auto logger = log::Get("admission");
   const auto start = Clock::now();
   const std::string_view webhook = Webhook(mutate);
   State& st = *state_;
@@ -174,18 +217,57 @@ void AdmissionHandler::HandleAsync(const http::Request& request, bool mutate,
   auto margin = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(100), budget / 10);
   auto call_timeout =
       std::max<std::chrono::milliseconds>(std::chrono::milliseconds(1), budget - margin);
-  bus::Headers headers{{std::string(bus::kHeaderRequestId), call.uid()}};
   // What the answer needs once the policy replies; the request is gone by then.
-  struct Pending {
-    std::string api_version, uid, kind, namespace_, name;
-  };
-  auto pending = std::make_shared<Pending>(Pending{std::move(review->api_version), call.uid(),
-                                                   gvk.kind(), call.namespace_(), call.name()});
+  auto pending = std::make_shared<Pending>(Pending{
+      std::move(review->api_version), call.uid(), gvk.kind(), call.namespace_(), call.name(), {}});
+  ServiceAccountSource* accounts = st.options.service_accounts;
+  if (accounts == nullptr || review->service_account.empty() || call.operation() != "CREATE") {
+    return Send(state_, bus_, mutate, start, call_timeout, call, std::move(pending),
+                std::move(done));
+  }
+  // A pod: its ServiceAccount's annotations ride along. From the cache (the common case: no I/O,
+  // no copy of the call), else a live GET on another thread, which continues from there.
+  if (auto cached = accounts->Cached(call.namespace_(), review->service_account)) {
+    if (!AddServiceAccount(st, *cached, call.namespace_(), review->service_account, review->call,
+                           *pending, mutate, start, done)) {
+      return;
+    }
+    return Send(state_, bus_, mutate, start, call_timeout, call, std::move(pending),
+                std::move(done));
+  }
+  auto moved = std::make_shared<ReviewCall>(*std::move(review));
+  const std::string ns = moved->call.namespace_();
+  const std::string sa = moved->service_account;
+  accounts->Fetch(
+      ns, sa,
+      [state = state_, bus = &bus_, mutate, start, call_timeout, moved, pending,
+       done = std::move(done)](ServiceAccountAnswer answer) mutable {
+        log::ScopedRequestId rid(pending->uid);
+        if (!AddServiceAccount(*state, answer, moved->call.namespace_(), moved->service_account,
+                               moved->call, *pending, mutate, start, done)) {
+          return;
+        }
+        Send(state, *bus, mutate, start, call_timeout, moved->call, std::move(pending),
+             std::move(done));
+      });
+}
+
+void AdmissionHandler::Send(const std::shared_ptr<State>& state, bus::Requester& bus, bool mutate,
+                            Clock::time_point start, std::chrono::milliseconds call_timeout,
+                            const v1::AdmissionCall& call, std::shared_ptr<Pending> pending,
+                            http::Responder done) {
+  static const auto logger = log::Get("admission");
+  prometheus::Histogram* duration = state->duration[mutate ? 1 : 0];
+  // A live ServiceAccount GET may have spent part of the budget.
+  const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  const auto timeout =
+      std::max<std::chrono::milliseconds>(std::chrono::milliseconds(1), call_timeout - spent);
+  bus::Headers headers{{std::string(bus::kHeaderRequestId), call.uid()}};
   bus::CallAsync<v1::AdmissionVerdict>(
-      bus_, mutate ? bus::subjects::kPolicyMutate : bus::subjects::kPolicyValidate, call,
-      call_timeout, headers,
-      [state = state_, mutate, start, duration, pending,
-       done](absl::StatusOr<v1::AdmissionVerdict> verdict) {
+      bus, mutate ? bus::subjects::kPolicyMutate : bus::subjects::kPolicyValidate, call, timeout,
+      headers,
+      [state, mutate, start, duration, pending,
+       done = std::move(done)](absl::StatusOr<v1::AdmissionVerdict> verdict) {
         const std::string_view webhook = Webhook(mutate);
         const Pending& p = *pending;
         log::ScopedRequestId rid(p.uid);
@@ -198,6 +280,7 @@ void AdmissionHandler::HandleAsync(const http::Request& request, bool mutate,
         }
         k8s::AdmissionResponse resp;
         resp.uid = p.uid;
+        resp.warnings = p.warnings;
         std::string_view outcome;
         if (!verdict.ok()) {
           const std::string why =
@@ -217,7 +300,7 @@ void AdmissionHandler::HandleAsync(const http::Request& request, bool mutate,
         } else {
           resp.allowed = verdict->allowed();
           if (resp.allowed) resp.patch = std::move(*verdict->mutable_patch());
-          resp.warnings.assign(verdict->warnings().begin(), verdict->warnings().end());
+          for (auto& w : *verdict->mutable_warnings()) resp.warnings.push_back(std::move(w));
           for (const auto& [k, v] : verdict->audit_annotations()) resp.audit_annotations[k] = v;
           if (!resp.allowed) {
             resp.message = verdict->message();

@@ -22,6 +22,14 @@
 //   - No thread waits for wisp-policy: the routes are asynchronous (HandleAsync), so the requests
 //   in
 //     flight are bounded by the bus timeout, not by the HTTP server's threads.
+//   - A Pod CREATE (either webhook) carries its ServiceAccount's annotations
+//     (AdmissionCall.service_account_annotations, service_account_found) when
+//     AdmissionOptions::service_accounts is set: from its cache, no I/O, or else from a live GET
+//     off the I/O thread, whose time counts against the same budget. A ServiceAccount that does
+//     not exist: found false, no annotations. A GET that fails: service_account_failure_mode
+//     decides: open (default) sends the call without them and the answer carries the warning
+//     "wisp: ServiceAccount <ns>/<name> could not be read (...); ...", closed answers
+//     allowed:false, code 500, "wisp: ServiceAccount <ns>/<name> could not be read: <why>".
 //   - Metrics: wisp_gateway_admission_requests_total{webhook,kind,outcome} with outcome
 //     allowed|denied|error|fail_open|fail_closed, wisp_gateway_admission_duration_seconds{webhook}.
 //
@@ -40,6 +48,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "admission/service_accounts.hpp"
 #include "wisp/bus/bus.hpp"
 #include "wisp/http/server.hpp"
 #include "wisp/k8s/admission_review.hpp"
@@ -56,6 +65,12 @@ struct AdmissionOptions {
   std::chrono::milliseconds max_timeout = std::chrono::seconds(10);
   std::string kubernetes_version = "1.29";  // AdmissionCall.server_version
   size_t max_body_bytes = 3 * 1024 * 1024;
+  // Where a pod CREATE's ServiceAccount is read (not owned; must outlive the handler and every
+  // answer in flight). nullptr: no API client, the calls carry no annotations.
+  ServiceAccountSource* service_accounts = nullptr;
+  // When the ServiceAccount cannot be read (the GET failed or timed out): open sends the call
+  // without its annotations and adds a warning; closed answers as FailureMode::kClosed does.
+  FailureMode service_account_failure_mode = FailureMode::kOpen;
 };
 
 struct AdmissionMetrics {
@@ -87,6 +102,19 @@ class AdmissionHandler {
   // Options and metrics, shared with the bus callbacks still pending, so an answer that arrives
   // after the handler is gone (shutdown) touches nothing freed.
   struct State;
+  struct Pending;
+  // Puts `answer` into `call`. False when the answer has been given instead (a failed lookup
+  // under service_account_failure_mode closed).
+  static bool AddServiceAccount(State& st, const ServiceAccountAnswer& answer,
+                                const std::string& ns, const std::string& name,
+                                v1::AdmissionCall& call, Pending& pending, bool mutate,
+                                std::chrono::steady_clock::time_point start,
+                                const http::Responder& done);
+  // Sends `call` to wisp-policy and answers through `done`, with the time left of `budget`.
+  static void Send(const std::shared_ptr<State>& state, bus::Requester& bus, bool mutate,
+                   std::chrono::steady_clock::time_point start,
+                   std::chrono::milliseconds call_timeout, const v1::AdmissionCall& call,
+                   std::shared_ptr<Pending> pending, http::Responder done);
   bus::Requester& bus_;
   std::shared_ptr<State> state_;
 };

@@ -180,6 +180,17 @@ std::optional<ReviewCall> Fast(std::string_view text, const std::string& server_
   std::optional<dom::object> object, old_object;
   if (!OptObject(r[8], &object) || !OptObject(r[9], &old_object)) return std::nullopt;
   if (!object && (op == "CREATE" || op == "UPDATE")) return std::nullopt;
+  if (object && group.empty() && k == "Pod") {
+    // Read from the DOM already built: the pod is not parsed a second time for this.
+    for (const char* pointer : {"/spec/serviceAccountName", "/spec/serviceAccount"}) {
+      std::string_view sa;
+      if (!object->at_pointer(pointer).get_string().get(sa) && !sa.empty()) {
+        out.service_account.assign(sa);
+        break;
+      }
+    }
+    if (out.service_account.empty()) out.service_account = "default";
+  }
   if (!CopyRawObjects(body, object.has_value(), old_object.has_value(), call)) {
     if (object) call.set_object_json(simdjson::minify(*r[8]));
     if (old_object) call.set_old_object_json(simdjson::minify(*r[9]));
@@ -202,6 +213,19 @@ absl::StatusOr<ReviewCall> ParseReviewCall(std::string_view body,
   ReviewCall out;
   out.api_version = std::move(review.api_version);
   out.call = ToAdmissionCall(review.request, server_version);
+  const k8s::AdmissionRequest& r = review.request;
+  if (r.kind.group.empty() && r.kind.kind == "Pod" && r.object.is_object()) {
+    for (const char* field : {"serviceAccountName", "serviceAccount"}) {
+      const auto spec = r.object.find("spec");
+      if (spec == r.object.end() || !spec->is_object()) break;
+      const auto sa = spec->find(field);
+      if (sa != spec->end() && sa->is_string() && !sa->get<std::string>().empty()) {
+        out.service_account = sa->get<std::string>();
+        break;
+      }
+    }
+    if (out.service_account.empty()) out.service_account = "default";
+  }
   return out;
 }
 

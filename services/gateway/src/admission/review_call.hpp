@@ -12,6 +12,7 @@
 // Example:
 //   WISP_ASSIGN_OR_RETURN(ReviewCall rc, ParseReviewCall(request.body, "1.30"));
 //   rc.call.kind().kind() == "Pod"; rc.api_version == "admission.k8s.io/v1"
+//   rc.service_account == "loader"
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,10 @@ namespace wisp::gateway::admission {
 struct ReviewCall {
   std::string api_version;  // echoed in the answer
   v1::AdmissionCall call;
+  // A Pod's (core group) spec.serviceAccountName, else its deprecated alias spec.serviceAccount,
+  // else "default" (what the ServiceAccount admission plugin sets before any webhook); "" for
+  // other kinds and for a pod without an object.
+  std::string service_account;
 };
 
 absl::StatusOr<ReviewCall> ParseReviewCall(std::string_view body,

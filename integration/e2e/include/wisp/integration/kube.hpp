@@ -11,7 +11,8 @@
 //   - A started cluster: etcd and the apiserver on free loopback ports, a throwaway CA, an admin
 //     client certificate (O=system:masters), a service-account issuer
 //     https://kubernetes.default.svc.cluster.local signed by a fresh RSA key, RBAC+Node
-//     authorization, and the default admission plugins (ServiceAccount, ResourceQuota, ...).
+//     authorization, the default admission plugins (ServiceAccount, ResourceQuota, ...), and an
+//     audit log of pod creations (audit_log_file()).
 //     Start() returns when /readyz answers ok. With kube-controller-manager, the serviceaccount,
 //     namespace, garbage-collector, resource-quota, persistentvolume-binder (binds claims, hands
 //     dynamic ones to external-provisioner) and pvc/pv-protection controllers run; without it,
@@ -60,6 +61,9 @@ class KubeCluster {
   const std::string& kubectl() const { return kubectl_; }
   // The service-account issuer's public key (PEM) of a started cluster; "" for a given one.
   std::string service_account_public_key_file() const;
+  // The audit log of a started cluster (pod creations at level Metadata, one JSON event a line);
+  // "" for a given one.
+  const std::string& audit_log_file() const { return audit_log_; }
   // What the apiserver's log says so far ("" for a given cluster): for failure messages.
   std::string ApiserverLogTail(size_t bytes = 4000) const;
 
@@ -84,6 +88,7 @@ class KubeCluster {
   std::unique_ptr<Process> controller_manager_;
   std::string kubeconfig_;
   std::string kubectl_;
+  std::string audit_log_;
   std::vector<std::string> namespaces_;
 };
 

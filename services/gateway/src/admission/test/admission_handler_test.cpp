@@ -3,7 +3,11 @@
 #include <absl/strings/escaping.h>
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <thread>
+
 #include "wisp/policy/policy_service.hpp"
+#include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/bus/testing/in_memory_bus.hpp"
 #include "wisp/k8s/json_patch.hpp"
@@ -189,6 +193,152 @@ TEST_F(AdmissionHandlerTest, FailureModes) {
   EXPECT_TRUE(ParseFailureMode("open").ok());
   EXPECT_EQ(std::string(ParseFailureMode("maybe").status().message()),
             "failure-mode: \"maybe\" is not one of closed, open");
+}
+
+// A ServiceAccountSource with set answers: cached ones, and one a Fetch gives from another
+// thread (as the gateway's cache does for a live GET).
+class StubAccounts final : public ServiceAccountSource {
+ public:
+  std::map<std::string, ServiceAccountAnswer> cached;  // "<ns>/<name>"
+  ServiceAccountAnswer fetched = ServiceAccountAnswer::NotFound();
+  std::vector<std::string> asked;    // Cached()
+  std::vector<std::string> fetches;  // Fetch()
+
+  std::optional<ServiceAccountAnswer> Cached(std::string_view ns, std::string_view name) override {
+    const std::string key = std::string(ns) + "/" + std::string(name);
+    asked.push_back(key);
+    auto it = cached.find(key);
+    if (it == cached.end()) return std::nullopt;
+    return it->second;
+  }
+  void Fetch(std::string_view ns, std::string_view name,
+             std::function<void(ServiceAccountAnswer)> done) override {
+    fetches.push_back(std::string(ns) + "/" + std::string(name));
+    std::thread([answer = fetched, done = std::move(done)] { done(answer); }).detach();
+  }
+};
+
+ServiceAccountAnswer FoundWith(std::map<std::string, std::string> annotations) {
+  return ServiceAccountAnswer::Found(
+      std::make_shared<const std::map<std::string, std::string>>(std::move(annotations)));
+}
+
+// wisp-policy as a test double: keeps the calls it is sent and allows each.
+class AdmissionServiceAccountTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (auto subject : {bus::subjects::kPolicyMutate, bus::subjects::kPolicyValidate}) {
+      subs_.push_back(*bus_.Serve(subject, "wisp-policy", [this](const bus::Request& r) {
+        auto call = bus::ParseBody<v1::AdmissionCall>(r);
+        if (!call.ok()) return bus::Reply::Error(call.status());
+        std::lock_guard lock(mu_);
+        calls_.push_back(*call);
+        v1::AdmissionVerdict verdict;
+        verdict.set_allowed(true);
+        verdict.add_warnings("policy's own warning");
+        return bus::ProtoReply(verdict);
+      }));
+    }
+  }
+  AdmissionHandler Handler(FailureMode sa_mode = FailureMode::kOpen) {
+    return AdmissionHandler(bus_, registry_,
+                            {.failure_mode = FailureMode::kClosed,
+                             .kubernetes_version = "1.30",
+                             .service_accounts = &accounts_,
+                             .service_account_failure_mode = sa_mode});
+  }
+  std::vector<v1::AdmissionCall> Calls() {
+    std::lock_guard lock(mu_);
+    return calls_;
+  }
+
+  FakeClock clock_;
+  bus::testing::InMemoryBus bus_{clock_};
+  prometheus::Registry registry_;
+  StubAccounts accounts_;
+  std::mutex mu_;
+  std::vector<v1::AdmissionCall> calls_;
+  std::vector<bus::SubscriptionPtr> subs_;
+};
+
+// Tests that a pod CREATE carries its ServiceAccount's annotations from the cache, on both
+// webhooks, without a fetch.
+TEST_F(AdmissionServiceAccountTest, PodCarriesItsServiceAccountsAnnotationsFromTheCache) {
+  accounts_.cached["ml/loader"] = FoundWith({{"eks.amazonaws.com/role-arn", "arn:loader"}});
+  auto handler = Handler();
+  for (bool mutate : {true, false}) {
+    http::Response resp = handler.Handle(Post(Review("", "Pod", kPod)), mutate);
+    ASSERT_EQ(resp.status, 200) << resp.body;
+  }
+  auto calls = Calls();
+  ASSERT_EQ(calls.size(), 2u);
+  for (const auto& call : calls) {
+    EXPECT_TRUE(call.service_account_found());
+    EXPECT_EQ(call.service_account_annotations().at("eks.amazonaws.com/role-arn"), "arn:loader");
+  }
+  EXPECT_TRUE(accounts_.fetches.empty());
+}
+
+// Tests the cache miss: the lookup continues on the fetch's thread and the call carries what
+// the apiserver answered; a pod without serviceAccountName is looked up as "default".
+TEST_F(AdmissionServiceAccountTest, CacheMissIsFetchedAndDefaultIsTheDefault) {
+  accounts_.fetched = FoundWith({{"azure.workload.identity/client-id", "c1"}});
+  auto handler = Handler();
+  const std::string pod = R"({"metadata":{"name":"p","namespace":"ml"},
+    "spec":{"containers":[{"name":"main","image":"app:1"}]}})";
+  Json out = Json::parse(handler.Mutate(Post(Review("", "Pod", pod))).body);
+  EXPECT_EQ(out["response"]["allowed"], true) << out.dump();
+  EXPECT_EQ(accounts_.fetches, std::vector<std::string>{"ml/default"});
+  auto calls = Calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_TRUE(calls[0].service_account_found());
+  EXPECT_EQ(calls[0].service_account_annotations().at("azure.workload.identity/client-id"), "c1");
+}
+
+// Tests that a ServiceAccount that does not exist sends found=false, and that other kinds are not
+// looked up at all.
+TEST_F(AdmissionServiceAccountTest, MissingServiceAccountAndOtherKinds) {
+  accounts_.cached["ml/loader"] = ServiceAccountAnswer::NotFound();
+  auto handler = Handler();
+  ASSERT_EQ(handler.Mutate(Post(Review("", "Pod", kPod))).status, 200);
+  const std::string pvc = R"({"metadata":{"name":"c","namespace":"ml"},"spec":{}})";
+  ASSERT_EQ(handler.Validate(Post(Review("", "PersistentVolumeClaim", pvc))).status, 200);
+  auto calls = Calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_FALSE(calls[0].service_account_found());
+  EXPECT_TRUE(calls[0].service_account_annotations().empty());
+  EXPECT_FALSE(calls[1].service_account_found());
+  EXPECT_EQ(accounts_.asked, std::vector<std::string>{"ml/loader"});
+}
+
+// Tests both answers to a ServiceAccount that cannot be read: open admits through the policy
+// with a warning first; closed refuses with code 500 and never calls the policy.
+TEST_F(AdmissionServiceAccountTest, UnreadableServiceAccountFollowsItsFailureMode) {
+  accounts_.fetched = ServiceAccountAnswer::Error("get serviceaccounts ml/loader: timed out");
+  {
+    auto open = Handler(FailureMode::kOpen);
+    Json o = Json::parse(open.Mutate(Post(Review("", "Pod", kPod))).body);
+    EXPECT_EQ(o["response"]["allowed"], true);
+    ASSERT_EQ(o["response"]["warnings"].size(), 2u) << o.dump();
+    EXPECT_EQ(o["response"]["warnings"][0],
+              "wisp: ServiceAccount ml/loader could not be read (get serviceaccounts ml/loader: "
+              "timed out); the pod is admitted as it asks, without identity chosen by its "
+              "ServiceAccount's annotations");
+    EXPECT_EQ(o["response"]["warnings"][1], "policy's own warning");
+    ASSERT_EQ(Calls().size(), 1u);
+    EXPECT_FALSE(Calls()[0].service_account_found());
+  }
+  {
+    auto closed = Handler(FailureMode::kClosed);
+    Json c = Json::parse(closed.Mutate(Post(Review("", "Pod", kPod))).body);
+    EXPECT_EQ(c["response"]["allowed"], false);
+    EXPECT_EQ(c["response"]["uid"], "3f2a-uid");
+    EXPECT_EQ(c["response"]["status"]["code"], 500);
+    EXPECT_EQ(c["response"]["status"]["message"],
+              "wisp: ServiceAccount ml/loader could not be read: get serviceaccounts ml/loader: "
+              "timed out");
+    EXPECT_EQ(Calls().size(), 1u);  // the policy was not asked
+  }
 }
 
 // Tests that the AdmissionCall carries everything the policy needs.

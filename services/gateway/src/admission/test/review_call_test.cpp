@@ -169,5 +169,32 @@ TEST(ReviewCallTest, ObjectsAreTheBodysText) {
   ExpectSame(body);
 }
 
+// Tests that a pod's ServiceAccount is read from the parsed body: serviceAccountName, else the
+// deprecated serviceAccount, else "default"; nothing for other kinds.
+TEST(ReviewCallTest, PodsServiceAccount) {
+  auto review = [](const std::string& kind, const std::string& spec) {
+    return R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+      "uid":"u","kind":{"group":"","version":"v1","kind":")" +
+           kind + R"("},"operation":"CREATE","namespace":"ml",
+      "object":{"metadata":{"name":"p"},"spec":)" +
+           spec + "}}}";
+  };
+  struct Case {
+    std::string kind, spec, want;
+  } cases[] = {
+      {"Pod", R"({"serviceAccountName":"loader","serviceAccount":"old"})", "loader"},
+      {"Pod", R"({"serviceAccount":"old"})", "old"},
+      {"Pod", R"({"serviceAccountName":""})", "default"},
+      {"Pod", R"({"containers":[]})", "default"},
+      {"PersistentVolumeClaim", R"({"serviceAccountName":"x"})", ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.spec);
+    auto got = ParseReviewCall(review(c.kind, c.spec), "1.30");
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->service_account, c.want);
+  }
+}
+
 }  // namespace
 }  // namespace wisp::gateway::admission
