@@ -296,7 +296,7 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
       }));
 
   // The Kubernetes API, when given: pod admission reads ServiceAccounts through it, the CSI
-  // controller the CA bundle of a source's certConfigMap, and the watch and controllers below use it.
+  // controller the CA bundle of a source's certConfigMap; the watch and controllers below use it.
   std::optional<kube::Config> kube_config;
   if (settings.in_cluster || !settings.kubeconfig.empty()) {
     WISP_ASSIGN_OR_RETURN(kube_config,
