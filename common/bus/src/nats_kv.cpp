@@ -71,7 +71,8 @@ class NatsKvWatch final : public KvWatch {
 
 class NatsKeyValue final : public KeyValue {
  public:
-  NatsKeyValue(kvStore* kv, std::string bucket) : kv_(kv), bucket_(std::move(bucket)) {}
+  NatsKeyValue(kvStore* kv, jsCtx* js, std::string bucket)
+      : kv_(kv), js_(js), bucket_(std::move(bucket)) {}
   ~NatsKeyValue() override { kvStore_Destroy(kv_); }
 
   const std::string& bucket() const override { return bucket_; }
@@ -80,8 +81,7 @@ class NatsKeyValue final : public KeyValue {
     const std::string k(key);
     kvEntry* raw = nullptr;
     natsStatus s = kvStore_Get(&raw, kv_, k.c_str());
-    if (s == NATS_NOT_FOUND)
-      return absl::NotFoundError("key " + k + " not found in bucket " + bucket_);
+    if (s == NATS_NOT_FOUND) return GetFromLeader(k);
     WISP_RETURN_IF_ERROR(Err(s, "get", k));
     KvEntryPtr e(raw);
     KvEntry out;
@@ -90,6 +90,37 @@ class NatsKeyValue final : public KeyValue {
       out.value.assign(static_cast<const char*>(kvEntry_Value(e.get())), kvEntry_ValueLen(e.get()));
     }
     out.revision = kvEntry_Revision(e.get());
+    return out;
+  }
+
+  // kvStore_Get is a direct get, which any replica of an R3 bucket may answer, and a follower
+  // that has not applied a write yet answers "not found" for a key created a moment ago on
+  // another connection (nats-server has no read-after-write for direct gets before 2.12). A
+  // miss means "deleted" to wisp's callers (a populate job for a volume whose record is missing
+  // is dropped), so a miss is confirmed by the stream leader (STREAM.MSG.GET, not direct) before
+  // it is believed. Hits are not: a stale value is caught by the revision of the next Update.
+  absl::StatusOr<KvEntry> GetFromLeader(const std::string& k) {
+    natsMsg* raw = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    const std::string stream = "KV_" + bucket_;
+    const std::string subject = "$KV." + bucket_ + "." + k;
+    natsStatus s = js_GetLastMsg(&raw, js_, stream.c_str(), subject.c_str(), nullptr, &jerr);
+    if (s == NATS_NOT_FOUND || (s != NATS_OK && jerr == JSNoMessageFoundErr)) {
+      return absl::NotFoundError("key " + k + " not found in bucket " + bucket_);
+    }
+    WISP_RETURN_IF_ERROR(Err(s, "get (from the leader)", k));
+    std::unique_ptr<natsMsg, decltype(&natsMsg_Destroy)> msg(raw, &natsMsg_Destroy);
+    const char* op = nullptr;
+    if (natsMsgHeader_Get(msg.get(), "KV-Operation", &op) == NATS_OK && op != nullptr &&
+        (std::string_view(op) == "DEL" || std::string_view(op) == "PURGE")) {
+      return absl::NotFoundError("key " + k + " not found in bucket " + bucket_);
+    }
+    KvEntry out;
+    out.key = k;
+    if (natsMsg_GetDataLength(msg.get()) > 0) {
+      out.value.assign(natsMsg_GetData(msg.get()), natsMsg_GetDataLength(msg.get()));
+    }
+    out.revision = natsMsg_GetSequence(msg.get());
     return out;
   }
 
@@ -173,6 +204,7 @@ class NatsKeyValue final : public KeyValue {
   }
 
   kvStore* kv_;
+  jsCtx* js_;  // the bus's, which outlives its buckets
   std::string bucket_;
 };
 
@@ -212,7 +244,7 @@ absl::StatusOr<KeyValuePtr> NatsBus::OpenBucket(const BucketConfig& config) {
     }
   }
   if (s != NATS_OK) return FromNats(s, "opening bucket " + config.name);
-  auto opened = KeyValuePtr(std::make_unique<NatsKeyValue>(kv, config.name));
+  auto opened = KeyValuePtr(std::make_unique<NatsKeyValue>(kv, impl_->js, config.name));
   if (!created) {
     // An existing bucket, perhaps from a release (or a chart) that made it with one copy.
     WISP_RETURN_IF_ERROR(RaiseReplicas(impl_->js, "KV_" + config.name, config.replicas));
