@@ -704,7 +704,13 @@ TEST_F(FaultsWispTest, ServicesKeepEveryPromiseThroughNodeAndReplicaLoss) {
         return !importing.empty();
       },
       20s, 100ms))
-      << "no populator has the import's file open";
+      << "no populator has the import's file open; the volume was at " << bytes_read()
+      << " MiB, phases seen: " << [&] {
+           std::lock_guard lock(volume_mu);
+           std::string out;
+           for (const auto& p : phases_seen) out += p + " ";
+           return out;
+         }();
   const std::vector<std::string> victims = {"wisp-token.1", "wisp-policy.1", "wisp-gateway.1",
                                             importing};
   for (const auto& v : victims) stack.Kill(v);
