@@ -128,6 +128,51 @@ TEST_F(AdmissionTest, HostNetworkPodGetsSidecarAndToken) {
   EXPECT_FALSE(again.contains("patch")) << again.dump();
 }
 
+// Tests issue 25 over HTTPS: a pod carrying IRSA's role annotation itself (the form that works
+// before the gateway reads ServiceAccounts) gets the aws preset in the allowed container, and a
+// second token for vault in `worker` only; the patched pod is a valid Pod (python3-jsonpatch,
+// kubernetes-models), passes /validate (the audiences of namespace apps), and a reinvocation
+// adds nothing. A malformed role ARN is refused naming the annotation.
+TEST_F(AdmissionTest, IrsaAnnotatedPodGetsTheAwsPreset) {
+  Json pod = LoadManifest("irsa-pod-annotation.yaml");
+  Json out = Mutate(pod, "it-irsa-1");
+  EXPECT_EQ(Validate(out), "ok");
+  const Json& app = out["spec"]["containers"][0];
+  const Json& worker = out["spec"]["containers"][1];
+  auto env = [](const Json& c, const std::string& name) -> std::string {
+    const Json list = c.value("env", Json::array());
+    const Json* e = Named(list, name);
+    return e == nullptr ? "" : (*e)["value"].get<std::string>();
+  };
+  EXPECT_EQ(env(app, "AWS_ROLE_ARN"), "arn:aws:iam::111122223333:role/s3-reader");
+  EXPECT_EQ(env(app, "AWS_WEB_IDENTITY_TOKEN_FILE"),
+            "/var/run/secrets/eks.amazonaws.com/serviceaccount/token");
+  EXPECT_EQ(env(worker, "AWS_ROLE_ARN"), "");
+  EXPECT_EQ(env(worker, "VAULT_JWT"), "/var/run/secrets/vault/token");
+  EXPECT_EQ(env(app, "VAULT_JWT"), "");
+  const Json* aws = Named(out["spec"]["volumes"], "aws-iam-token");
+  ASSERT_NE(aws, nullptr) << out.dump(2);
+  EXPECT_EQ((*aws)["csi"]["volumeAttributes"],
+            Json::parse(R"({"audience":"sts.amazonaws.com","expirationSeconds":"86400",
+                           "path":"token","fileOwner":"1000","fileMode":"0600"})"));
+  const Json* vault = Named(out["spec"]["volumes"], "wisp-id-vault");
+  ASSERT_NE(vault, nullptr);
+  EXPECT_EQ((*vault)["csi"]["volumeAttributes"]["expirationSeconds"], "900");
+  Json validated = Admit("validate", out, "it-irsa-2");
+  EXPECT_EQ(validated["allowed"], true) << validated.dump();
+  Json again = Admit("mutate", out, "it-irsa-3");
+  EXPECT_EQ(again["allowed"], true);
+  EXPECT_FALSE(again.contains("patch")) << again.dump();
+
+  pod["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] = "s3-reader";
+  Json bad = Admit("mutate", pod, "it-irsa-4");
+  EXPECT_EQ(bad["allowed"], false);
+  EXPECT_EQ(bad["status"]["code"], 400);
+  EXPECT_EQ(bad["status"]["message"],
+            "metadata.annotations[eks.amazonaws.com/role-arn]: Invalid value: \"s3-reader\": "
+            "must be an IAM role ARN, arn:<partition>:iam::<12-digit account>:role/<name>");
+}
+
 // Tests scenario 1 step 4: without hostNetwork nothing changes and a warning says why.
 TEST_F(AdmissionTest, PodNetworkPodIsLeftAlone) {
   Json resp = Admit("mutate", LoadManifest("loader-pod-no-hostnetwork.yaml"), "it-pod-4");

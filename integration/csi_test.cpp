@@ -22,6 +22,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "csi_client.hpp"
 #include "wisp/bus/nats_bus.hpp"
 #include "wisp/bus/proto.hpp"
@@ -239,6 +241,89 @@ TEST_F(CsiIntegrationTest, TokenVolumeWithWispToken) {
   EXPECT_FALSE(IsMountPoint(target));
   EXPECT_FALSE(fs::exists(target));
   EXPECT_TRUE(client_->Unpublish("csi-vault", target).ok());  // idempotent
+}
+
+// Tests issue 25 items 1-2 end to end on real parts: `wispctl admit --bus` runs an IRSA-style
+// ServiceAccount and pod (integration/admission/manifests/irsa-pod.yaml) through wisp-policy,
+// and the aws preset's csi.wisp.dev volume, as the pod carries it, is published through the real
+// CSI socket: the token wisp-token signed for sts.amazonaws.com lands at IRSA's file name, owned
+// by the pod's non-root user with 0600, readable by that user and by no other (no fsGroup).
+TEST_F(CsiIntegrationTest, AwsPresetTokenReadableByTheNonRootContainer) {
+  ASSERT_NO_FATAL_FAILURE(StartStack());
+  std::string cmd = BinaryPath("wispctl") + " admit --bus -f " + SourceDir() +
+                    "/integration/admission/manifests/irsa-pod.yaml";
+  for (const auto& a : stack_->WispctlArgs()) cmd += " '" + a + "'";
+  const std::string out_file = stack_->dir() + "/admitted.yaml";
+  CommandResult admitted = RunCommand(cmd + " > " + out_file + " 2>&1");
+  ASSERT_EQ(admitted.exit_code, 0) << ReadFileOrEmpty(out_file);
+  CommandResult json = RunCommand(
+      "/usr/bin/python3 -c 'import json,sys,yaml; "
+      "print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))' < " +
+      out_file);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  nlohmann::json pod;
+  for (const auto& doc : nlohmann::json::parse(json.output)) {
+    if (doc.value("kind", "") == "Pod") pod = doc;
+  }
+  ASSERT_TRUE(pod.is_object()) << ReadFileOrEmpty(out_file);
+  nlohmann::json attrs;
+  for (const auto& v : pod["spec"]["volumes"]) {
+    if (v["name"] == "aws-iam-token") attrs = v["csi"]["volumeAttributes"];
+  }
+  ASSERT_TRUE(attrs.is_object()) << pod.dump(2);
+  EXPECT_EQ(attrs["fileOwner"], "1000");
+  const auto& app = pod["spec"]["containers"][0];
+  EXPECT_EQ(app["volumeMounts"][0]["mountPath"],
+            "/var/run/secrets/eks.amazonaws.com/serviceaccount");
+
+  // What the kubelet sends for that volume of that pod: its attributes plus the pod's facts.
+  const std::string target = Target("s3-lister");
+  ::csi::v1::NodePublishVolumeRequest req =
+      TokenVolumeRequest("csi-aws", target, "unused", "600", "uid-s3-lister");
+  auto& c = *req.mutable_volume_context();
+  c.erase("audience");
+  c.erase("expirationSeconds");
+  c.erase("path");
+  c["csi.storage.k8s.io/pod.namespace"] = "apps";
+  c["csi.storage.k8s.io/pod.name"] = "s3-lister";
+  c["csi.storage.k8s.io/serviceAccount.name"] = "s3-reader";
+  for (const auto& [k, v] : attrs.items()) c[k] = v.get<std::string>();
+  grpc::Status st = client_->Publish(req);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+
+  struct stat info {};
+  ASSERT_EQ(::stat((target + "/token").c_str(), &info), 0);
+  EXPECT_EQ(info.st_uid, 1000u);
+  EXPECT_EQ(info.st_gid, 1000u);
+  EXPECT_EQ(info.st_mode & 07777, 0600u);
+  const std::string token = TokenIn(target);
+  ASSERT_EQ(std::count(token.begin(), token.end(), '.'), 2) << "a JWT";
+  // Its claims: the audience the preset asked for, the pod's ServiceAccount as subject.
+  CommandResult claims = RunCommand(
+      "/usr/bin/python3 -c 'import base64,json,sys; p=sys.stdin.read().split(\".\")[1]; "
+      "print(base64.urlsafe_b64decode(p+\"=\"*(-len(p)%4)).decode())' < " +
+      target + "/token");
+  ASSERT_EQ(claims.exit_code, 0) << claims.output;
+  const auto payload = nlohmann::json::parse(claims.output);
+  EXPECT_EQ(payload["aud"], nlohmann::json::array({"sts.amazonaws.com"})) << claims.output;
+  EXPECT_EQ(payload["sub"], "system:serviceaccount:apps:s3-reader");
+
+  // In the container the volume is mounted at its own path; here the test's directories above
+  // the target must let uid 1000 through to reach it.
+  for (fs::path p = fs::path(target).parent_path(); p.string().size() >= stack_->dir().size();
+       p = p.parent_path()) {
+    fs::permissions(p, fs::perms::others_exec | fs::perms::group_exec, fs::perm_options::add);
+  }
+  CommandResult as_user =
+      RunCommand("setpriv --reuid=1000 --regid=1000 --clear-groups cat " + target + "/token 2>&1");
+  EXPECT_EQ(as_user.exit_code, 0) << as_user.output;
+  EXPECT_EQ(as_user.output, token);
+  CommandResult other =
+      RunCommand("setpriv --reuid=2000 --regid=2000 --clear-groups cat " + target + "/token 2>&1");
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_THAT(other.output, HasSubstr("Permission denied"));
+  EXPECT_THAT(stack_->process("wisp-gateway").Log(), ::testing::Not(HasSubstr(token)));
+  ASSERT_TRUE(client_->Unpublish("csi-aws", target).ok());
 }
 
 // Tests kubelet-token mode: the kubelet's token is written, and a republish with a fresh one

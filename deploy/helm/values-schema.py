@@ -56,7 +56,7 @@ schema={
     "provisioner":O({"image":img,"timeout":dur,"resources":res}),
     "registrar":O({"image":img,"resources":res})}),
   "policy":O({"replicas":I(minimum=1),"metricsPort":port,"rules":free,"sidecarMetricsPort":I(minimum=0,maximum=65535),"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),
-  "token":O({"replicas":I(minimum=1),"metricsPort":port,"signingAlgorithm":S(enum=["RS256","ES256"]),"keyRotationPeriod":dur,"keyPublishAhead":dur,
+  "token":O({"replicas":I(minimum=1),"metricsPort":port,"signingAlgorithm":S(enum=["RS256","ES256"]),"keyRotationPeriod":dur,"keyPublishAhead":dur,"lifetimeJitterPercent":I(minimum=0,maximum=50),
     "keyEncryptionKey":O({"existingSecret":S()}),"policy":free,
     "clusterIssuer":O({"enabled":B(),"issuer":S(),"jwksUrl":S(pattern="^(https://.*)?$")}),
     "podProof":O({"require":B(),"issuer":S(),"jwks":S(),"jwksUrl":S(pattern="^(https://.*)?$")}),"resources":res,"podDisruptionBudget":pdb,"nodeSelector":free,"tolerations":tol}),

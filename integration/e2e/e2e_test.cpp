@@ -152,7 +152,7 @@ absl::Status CreateNamespaces() {
   }
   // Service accounts the stories' pods and VMIs run as.
   for (const auto& [ns, sa] : std::vector<std::pair<std::string, std::string>>{
-           {"ml", "data-loader"}, {"ml", "loader"}, {"vms", "s3-reader"}}) {
+           {"ml", "data-loader"}, {"ml", "loader"}, {"vms", "s3-reader"}, {"apps", "s3-reader"}}) {
     WISP_RETURN_IF_ERROR(g_kube->MustKubectl({"-n", ns, "create", "serviceaccount", sa}).status());
   }
   return absl::OkStatus();
@@ -1156,6 +1156,51 @@ TEST(Story4, AudienceTheNamespaceMayNotUseIsRefusedNamingTheUsersField) {
   Created c = Create(pod);
   EXPECT_NE(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("spec.volumes[0]"), std::string::npos) << c.output;
+}
+
+// ---- issue 25: identity presets ----------------------------------------------------------------
+
+// A pod written for IRSA (its role annotation on the pod, the form the chart's matchConditions
+// send to wisp), created through the real apiserver and the chart's webhooks: stored with the aws
+// preset's variables in `app`, the csi.wisp.dev volume aws-iam-token for sts.amazonaws.com owned
+// by app's user, and the vault token in `worker` only; the apiserver's own validation accepts it.
+TEST(Presets, IrsaAnnotatedPodIsStoredWithTheAwsPreset) {
+  Created c = Create(ReadManifest("irsa-pod-annotation.yaml"));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const Json& spec = c.object["spec"];
+  const Json* app = FindByName(spec["containers"], "app");
+  const Json* worker = FindByName(spec["containers"], "worker");
+  ASSERT_NE(app, nullptr) << spec.dump(2);
+  ASSERT_NE(worker, nullptr);
+  const Json app_env = app->value("env", Json::array());
+  const Json* arn = FindByName(app_env, "AWS_ROLE_ARN");
+  ASSERT_NE(arn, nullptr) << app->dump(2);
+  EXPECT_EQ((*arn)["value"], "arn:aws:iam::111122223333:role/s3-reader");
+  const Json* file = FindByName(app_env, "AWS_WEB_IDENTITY_TOKEN_FILE");
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ((*file)["value"], "/var/run/secrets/eks.amazonaws.com/serviceaccount/token");
+  const Json worker_env = worker->value("env", Json::array());
+  EXPECT_EQ(FindByName(worker_env, "AWS_ROLE_ARN"), nullptr);
+  EXPECT_NE(FindByName(worker_env, "VAULT_JWT"), nullptr) << worker->dump(2);
+  const Json* vol = FindByName(spec["volumes"], "aws-iam-token");
+  ASSERT_NE(vol, nullptr) << spec["volumes"].dump(2);
+  EXPECT_EQ((*vol)["csi"]["driver"], "csi.wisp.dev");
+  EXPECT_EQ((*vol)["csi"]["volumeAttributes"]["audience"], "sts.amazonaws.com");
+  EXPECT_EQ((*vol)["csi"]["volumeAttributes"]["fileOwner"], "1000");
+  EXPECT_NE(FindByName(spec["volumes"], "wisp-id-vault"), nullptr);
+}
+
+// A malformed role ARN is refused by the apiserver with wisp's reason naming the annotation.
+TEST(Presets, MalformedRoleArnIsRefusedNamingTheAnnotation) {
+  std::string pod = ReadManifest("irsa-pod-annotation.yaml");
+  pod.replace(pod.find("name: s3-lister-annotated"), 25, "name: s3-lister-bad-arn  ");
+  pod.replace(pod.find("arn:aws:iam::111122223333:role/s3-reader"), 40,
+              "s3-reader                               ");
+  Created c = Create(pod);
+  EXPECT_NE(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("metadata.annotations[eks.amazonaws.com/role-arn]: Invalid value"),
+            std::string::npos)
+      << c.output;
 }
 
 // ---- story 5: an outage blocks nothing that did not ask for wisp ------------------------------

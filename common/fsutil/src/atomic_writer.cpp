@@ -23,7 +23,8 @@ absl::Status ErrnoError(const std::string& what) {
 
 // Reads one of our projected files and its mode, never through a link; NotFound when it does not
 // exist.
-absl::StatusOr<std::string> ReadProjectedFile(const std::string& path, uint32_t* mode) {
+absl::StatusOr<std::string> ReadProjectedFile(const std::string& path, uint32_t* mode,
+                                              struct stat* owner = nullptr) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(path);
@@ -35,6 +36,7 @@ absl::StatusOr<std::string> ReadProjectedFile(const std::string& path, uint32_t*
     return ErrnoError("stat " + path);
   }
   *mode = st.st_mode & 07777;
+  if (owner != nullptr) *owner = st;
   std::string data;
   char buf[8192];
   for (;;) {
@@ -65,6 +67,15 @@ absl::Status WriteFile(const std::string& path, const FileProjection& file) {
       return st;
     }
     off += static_cast<size_t>(n);
+  }
+  if (file.uid >= 0 || file.gid >= 0) {
+    // Before the mode: chown clears set-id bits.
+    if (::fchown(fd, file.uid >= 0 ? static_cast<uid_t>(file.uid) : static_cast<uid_t>(-1),
+                 file.gid >= 0 ? static_cast<gid_t>(file.gid) : static_cast<gid_t>(-1)) != 0) {
+      absl::Status st = ErrnoError("chown " + path);
+      ::close(fd);
+      return st;
+    }
   }
   // The umask may have narrowed the create mode; the payload's mode is the truth.
   if (::fchmod(fd, file.mode & 07777) != 0) {
@@ -167,8 +178,11 @@ absl::StatusOr<bool> AtomicWriter::Write(const Payload& payload) {
   if (!changed) {
     for (const auto& [key, file] : clean) {
       uint32_t mode = 0;
-      auto existing = ReadProjectedFile(old_ts_dir + "/" + key, &mode);
-      if (!existing.ok() || *existing != file.data || mode != (file.mode & 07777)) {
+      struct stat owner {};
+      auto existing = ReadProjectedFile(old_ts_dir + "/" + key, &mode, &owner);
+      if (!existing.ok() || *existing != file.data || mode != (file.mode & 07777) ||
+          (file.uid >= 0 && owner.st_uid != static_cast<uid_t>(file.uid)) ||
+          (file.gid >= 0 && owner.st_gid != static_cast<gid_t>(file.gid))) {
         changed = true;
         break;
       }

@@ -164,7 +164,12 @@ PodFacts FromRoot(element root) {
   if (pod.spec_shape != Shape::kExpected) return pod;
   // One pass over spec's members; a later duplicate replaces what an earlier one gave.
   for (auto [key, value] : ObjectOf(*spec)) {
-    if (key == "hostNetwork") {
+    if (key == "serviceAccountName") {
+      pod.service_account_name = String(value);
+    } else if (key == "securityContext") {
+      pod.run_as_user = Int(Member(value, "runAsUser"));
+      pod.run_as_group = Int(Member(value, "runAsGroup"));
+    } else if (key == "hostNetwork") {
       bool b = false;
       pod.host_network = value.get_bool().get(b) == simdjson::SUCCESS && b;
     } else if (key == "containers") {

@@ -74,10 +74,90 @@ absl::Status ReadQuantity(const YAML::Node& node, const std::string& key, std::s
   return absl::OkStatus();
 }
 
+// An https URL (the STS or authority host a preset's SDK calls).
+absl::Status ReadHttpsUrl(const YAML::Node& node, const std::string& key, std::string* out) {
+  WISP_RETURN_IF_ERROR(ReadString(node, key, out));
+  if (out->rfind("https://", 0) != 0 || out->size() <= 8) {
+    return Bad(key, "\"" + *out + "\" is not an https URL");
+  }
+  return absl::OkStatus();
+}
+
+// identityPresets (rule g): each preset's lifetime is checked against maxTokenLifetime here, once
+// set in the file; a default above it is capped at admission instead.
+absl::Status ParsePresets(const YAML::Node& node, Policy& p) {
+  if (!node) return absl::OkStatus();
+  const std::string k = "identityPresets";
+  WISP_RETURN_IF_ERROR(
+      CheckKeys(node, k, {"upstreamAnnotations", "tokenSource", "aws", "azure", "gcp", "generic"}));
+  IdentityPresets& ip = p.presets;
+  WISP_RETURN_IF_ERROR(
+      ReadBool(node["upstreamAnnotations"], k + ".upstreamAnnotations", &ip.upstream_annotations));
+  WISP_RETURN_IF_ERROR(ReadString(node["tokenSource"], k + ".tokenSource", &ip.token_source));
+  if (ip.token_source != "wisp" && ip.token_source != "kubelet") {
+    return Bad(k + ".tokenSource", "\"" + ip.token_source + "\" is not one of wisp, kubelet");
+  }
+  auto lifetime = [&](const YAML::Node& n, const std::string& key, int64_t* out) -> absl::Status {
+    if (!n) return absl::OkStatus();
+    WISP_RETURN_IF_ERROR(ReadSeconds(n, key, out));
+    if (*out < 600) return Bad(key, "may not specify a duration less than 10 minutes");
+    if (*out > p.max_token_lifetime_seconds) return Bad(key, "exceeds maxTokenLifetime");
+    return absl::OkStatus();
+  };
+  auto audience = [&](const YAML::Node& n, const std::string& key,
+                      std::string* out) -> absl::Status {
+    WISP_RETURN_IF_ERROR(ReadString(n, key, out));
+    if (out->empty()) return Bad(key, "must not be empty");
+    return absl::OkStatus();
+  };
+  if (const auto aws = node["aws"]) {
+    const std::string a = k + ".aws";
+    WISP_RETURN_IF_ERROR(
+        CheckKeys(aws, a, {"audience", "region", "stsRegionalEndpoints", "expirationSeconds"}));
+    WISP_RETURN_IF_ERROR(audience(aws["audience"], a + ".audience", &ip.aws_audience));
+    WISP_RETURN_IF_ERROR(ReadString(aws["region"], a + ".region", &ip.aws_region));
+    WISP_RETURN_IF_ERROR(ReadBool(aws["stsRegionalEndpoints"], a + ".stsRegionalEndpoints",
+                                  &ip.aws_sts_regional_endpoints));
+    WISP_RETURN_IF_ERROR(
+        lifetime(aws["expirationSeconds"], a + ".expirationSeconds", &ip.aws_expiration_seconds));
+  }
+  if (const auto az = node["azure"]) {
+    const std::string a = k + ".azure";
+    WISP_RETURN_IF_ERROR(
+        CheckKeys(az, a, {"audience", "tenantId", "authorityHost", "expirationSeconds"}));
+    WISP_RETURN_IF_ERROR(audience(az["audience"], a + ".audience", &ip.azure_audience));
+    WISP_RETURN_IF_ERROR(ReadString(az["tenantId"], a + ".tenantId", &ip.azure_tenant_id));
+    if (az["authorityHost"]) {
+      WISP_RETURN_IF_ERROR(
+          ReadHttpsUrl(az["authorityHost"], a + ".authorityHost", &ip.azure_authority_host));
+    }
+    WISP_RETURN_IF_ERROR(
+        lifetime(az["expirationSeconds"], a + ".expirationSeconds", &ip.azure_expiration_seconds));
+  }
+  if (const auto gcp = node["gcp"]) {
+    const std::string a = k + ".gcp";
+    WISP_RETURN_IF_ERROR(CheckKeys(gcp, a, {"tokenUrl", "expirationSeconds"}));
+    if (gcp["tokenUrl"]) {
+      WISP_RETURN_IF_ERROR(ReadHttpsUrl(gcp["tokenUrl"], a + ".tokenUrl", &ip.gcp_token_url));
+    }
+    WISP_RETURN_IF_ERROR(
+        lifetime(gcp["expirationSeconds"], a + ".expirationSeconds", &ip.gcp_expiration_seconds));
+  }
+  if (const auto g = node["generic"]) {
+    const std::string a = k + ".generic";
+    WISP_RETURN_IF_ERROR(CheckKeys(g, a, {"audience", "expirationSeconds"}));
+    WISP_RETURN_IF_ERROR(audience(g["audience"], a + ".audience", &ip.generic_audience));
+    WISP_RETURN_IF_ERROR(
+        lifetime(g["expirationSeconds"], a + ".expirationSeconds", &ip.generic_expiration_seconds));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Parse(const YAML::Node& root, Policy& p) {
   if (!root || root.IsNull()) return absl::OkStatus();
-  WISP_RETURN_IF_ERROR(CheckKeys(
-      root, "", {"rules", "audiences", "maxTokenLifetime", "tokenSidecar", "featureGates"}));
+  WISP_RETURN_IF_ERROR(CheckKeys(root, "",
+                                 {"rules", "audiences", "maxTokenLifetime", "tokenSidecar",
+                                  "featureGates", "identityPresets"}));
   if (const auto gates = root["featureGates"]) {
     if (!gates.IsSequence()) return Bad("featureGates", "must be a list of KubeVirt feature gates");
     for (const auto& g : gates) {
@@ -94,9 +174,10 @@ absl::Status Parse(const YAML::Node& root, Policy& p) {
     }
   }
   if (const auto rules = root["rules"]) {
-    WISP_RETURN_IF_ERROR(CheckKeys(rules, "rules",
-                                   {"tokenSidecar", "vmiTokenVolumes", "virtLauncher",
-                                    "dataVolumes", "pvcSources", "podTokenAudiences"}));
+    WISP_RETURN_IF_ERROR(
+        CheckKeys(rules, "rules",
+                  {"tokenSidecar", "vmiTokenVolumes", "virtLauncher", "dataVolumes", "pvcSources",
+                   "podTokenAudiences", "identityPresets"}));
     WISP_RETURN_IF_ERROR(
         ReadBool(rules["tokenSidecar"], "rules.tokenSidecar", &p.rules.token_sidecar));
     WISP_RETURN_IF_ERROR(
@@ -108,6 +189,8 @@ absl::Status Parse(const YAML::Node& root, Policy& p) {
     WISP_RETURN_IF_ERROR(ReadBool(rules["pvcSources"], "rules.pvcSources", &p.rules.pvc_sources));
     WISP_RETURN_IF_ERROR(ReadBool(rules["podTokenAudiences"], "rules.podTokenAudiences",
                                   &p.rules.pod_token_audiences));
+    WISP_RETURN_IF_ERROR(
+        ReadBool(rules["identityPresets"], "rules.identityPresets", &p.rules.identity_presets));
   }
   if (const auto aud = root["audiences"]) {
     if (!aud.IsMap()) return Bad("audiences", "must map a namespace (or \"*\") to a list");
@@ -205,7 +288,7 @@ absl::Status Parse(const YAML::Node& root, Policy& p) {
   if (p.token_expiration_seconds > p.max_token_lifetime_seconds) {
     return Bad("tokenSidecar.expirationSeconds", "exceeds maxTokenLifetime");
   }
-  return absl::OkStatus();
+  return ParsePresets(root["identityPresets"], p);
 }
 
 }  // namespace

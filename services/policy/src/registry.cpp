@@ -20,6 +20,10 @@ bool VirtLauncherNeedsObject(const AdmissionInput& in, const Policy& policy) {
 
 constexpr std::array kPodMutate{
     Rule{.name = kRuleTokenSidecar, .evaluate = NoLookup<EvaluateTokenSidecar>},
+    Rule{.name = kRuleIdentityPresets,
+         .evaluate = NoLookup<EvaluateIdentityPresets>,
+         .needs_object = IdentityPresetsNeedObject,
+         .reads = "pod"},
     Rule{.name = kRuleVirtLauncher,
          .evaluate = NoLookup<EvaluateVirtLauncher>,
          .needs_object = VirtLauncherNeedsObject,

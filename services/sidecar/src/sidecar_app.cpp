@@ -11,7 +11,10 @@ void AddSidecarFlags(config::Flags& flags, SidecarSettings& s) {
   flags.Description(
       "Answers every HTTP request on the socket with {\"access_token\", "
       "\"token_type\", \"expiry\"}: the projected token exchanged at wisp's STS, "
-      "cached until 80% of its lifetime.");
+      "cached until a random point between 70% and 80% of its lifetime (see "
+      "--refresh-jitter-percent). Concurrent requests share one exchange; failed exchanges back "
+      "off (1 s doubling to 30 s, spread, never before the STS's Retry-After) while a "
+      "still-valid token keeps being served.");
   flags.String("socket", &s.socket,
                "Unix socket to listen on (a stale socket is removed; mode 0666: the app "
                "containers of the pod run as other users, and only they mount its directory).");
@@ -46,6 +49,19 @@ void AddSidecarFlags(config::Flags& flags, SidecarSettings& s) {
   flags.Bool("probe", &s.probe,
              "Check the ready file and exit: 0 while it names an unexpired token, else 1 (the "
              "startupProbe and readinessProbe of the injected container).");
+  flags.Int("refresh-jitter-percent", &s.refresh_jitter_percent,
+            "Refresh the access token at a random point between (80 - N)% and 80% of its "
+            "lifetime, and spread each retry delay over the upper half of its backoff, so "
+            "sidecars started together do not come back to the STS together. 0 = at exactly 80% "
+            "and fixed delays (bench/token's baseline).",
+            [](int64_t v) {
+              return v >= 0 && v <= 50 ? absl::OkStatus()
+                                       : absl::InvalidArgumentError("must be between 0 and 50");
+            });
+  flags.Bool("single-flight", &s.single_flight,
+             "Concurrent requests that find no fresh token wait for one exchange. "
+             "--no-single-flight (each such request exchanges on its own) exists for "
+             "bench/token's baseline only.");
   flags.String("log-level", &s.log_level, "trace|debug|info|warn|error.");
   flags.String("log-format", &s.log_format, "text|json.");
 }
@@ -87,8 +103,11 @@ absl::StatusOr<std::unique_ptr<SidecarApp>> SidecarApp::Start(const SidecarSetti
   });
   if (!s.metrics_address.empty()) WISP_RETURN_IF_ERROR(app->endpoint_->Start(s.metrics_address));
   app->file_ = std::make_unique<TokenFile>(s.token_file);
-  app->tokens_ = std::make_unique<TokenServer>(*app->file_, *app->sts_, SystemClock::Instance(),
-                                               0.8, app->counters_.get());
+  app->tokens_ = std::make_unique<TokenServer>(
+      *app->file_, *app->sts_, SystemClock::Instance(),
+      RefreshOptions{.refresh_jitter_percent = s.refresh_jitter_percent,
+                     .single_flight = s.single_flight,
+                     .metrics = app->counters_.get()});
   WISP_ASSIGN_OR_RETURN(app->server_,
                         http::Server::Create({.unix_socket = s.socket,
                                               .socket_mode = 0666,
@@ -111,29 +130,21 @@ absl::StatusOr<std::unique_ptr<SidecarApp>> SidecarApp::Start(const SidecarSetti
 
 void SidecarApp::Refresh() {
   auto logger = log::Get("sidecar");
-  std::chrono::seconds backoff{1};
   std::unique_lock lock(mu_);
   while (!stopping_) {
     lock.unlock();
     absl::StatusOr<CachedToken> token = tokens_->Get(TokenServer::Caller::kWarm);
-    std::chrono::milliseconds wait;
     if (token.ok()) {
       if (absl::Status st = ready_->Publish(token->expiry); !st.ok()) {
         SPDLOG_LOGGER_WARN(logger, "{}", std::string(st.message()));
       }
-      backoff = std::chrono::seconds(1);
-      // Again at 80% of what is left (TokenServer refreshes from there), at least 1 s apart.
-      const auto left = token->expiry - std::chrono::system_clock::now();
-      wait = std::max<std::chrono::milliseconds>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(left * 4 / 5) +
-              std::chrono::milliseconds(500),
-          std::chrono::seconds(1));
-    } else {
-      SPDLOG_LOGGER_WARN(logger, "no token yet, retrying in {} s: {}", backoff.count(),
-                         std::string(token.status().message()));
-      wait = backoff;
-      backoff = std::min<std::chrono::seconds>(backoff * 2, std::chrono::seconds(30));
     }
+    // TokenServer decides when: the token's refresh point, or the end of its backoff (it logged
+    // the failure). At least 100 ms apart, so a clock step cannot make this spin.
+    const auto wait = std::max<std::chrono::milliseconds>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(tokens_->NextAttempt() -
+                                                              std::chrono::system_clock::now()),
+        std::chrono::milliseconds(100));
     lock.lock();
     cv_.wait_for(lock, wait, [this] { return stopping_; });
   }

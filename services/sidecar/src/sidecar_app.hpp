@@ -10,9 +10,11 @@
 //   - SidecarApp::Start() takes the STS client (an interface: unit tests pass a fake), starts the
 //     metrics endpoint when metrics_address is set (/readyz: "socket not listening yet" until the
 //     socket serves) and the token-url server, which answers every method on every path.
-//   - From its start the app keeps a token warm: a refresher thread exchanges at once (retrying
-//     1 s, 2 s, ... up to 30 s while the STS or the token file is not there yet), again at 80% of
-//     each token's lifetime, and after each success publishes the expiry in the ready file
+//   - From its start the app keeps a token warm: a refresher thread exchanges at once, again at
+//     each token's refresh point (TokenServer: 70-80% of its lifetime with the default
+//     --refresh-jitter-percent 10), after a failure when TokenServer's backoff ends (1 s, 2 s ...
+//     30 s, spread, never before the STS's Retry-After), and after each success publishes the
+//     expiry in the ready file
 //     (ReadyFile; the token itself is never written). `wisp-sidecar --probe` checks that file:
 //     the startupProbe and readinessProbe wisp-policy injects, so the pod is not Ready (and, for a
 //     native sidecar, its app containers do not start) before the sidecar holds a token.
@@ -57,8 +59,10 @@ struct SidecarSettings {
   std::string metrics_address;
   std::string log_level = "info";
   std::string log_format = "text";
-  std::string ready_file;  // "" = "ready" beside the socket
-  bool probe = false;      // check the ready file and exit (the pod's probes)
+  std::string ready_file;               // "" = "ready" beside the socket
+  bool probe = false;                   // check the ready file and exit (the pod's probes)
+  int64_t refresh_jitter_percent = 10;  // TokenServer's RefreshOptions
+  bool single_flight = true;            // false: bench/token's baseline only
 };
 
 // The ready file the settings name (`ready` in the socket's directory unless --ready-file).

@@ -1,6 +1,11 @@
 #include "sts_client.hpp"
 
+#include <algorithm>
+#include <ctime>
+
 #include <nlohmann/json.hpp>
+
+#include "absl/strings/cord.h"
 
 #include "wisp/http/url.hpp"
 
@@ -10,6 +15,7 @@ namespace {
 constexpr const char* kGrant = "urn:ietf:params:oauth:grant-type:token-exchange";
 constexpr const char* kJwt = "urn:ietf:params:oauth:token-type:jwt";
 constexpr const char* kAccess = "urn:ietf:params:oauth:token-type:access_token";
+constexpr const char* kRetryAfterPayload = "type.wisp.dev/sidecar.RetryAfter";
 
 absl::Status ValidateOptions(const StsOptions& options) {
   WISP_ASSIGN_OR_RETURN(http::Url url, http::ParseUrl(options.url, "sts-url"));
@@ -47,6 +53,36 @@ std::string FormEscape(std::string_view value) {
     }
   }
   return out;
+}
+
+std::optional<std::chrono::seconds> ParseRetryAfter(std::string_view value,
+                                                    std::chrono::system_clock::time_point now) {
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  if (value.empty()) return std::nullopt;
+  if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (value.size() > 9) return std::chrono::seconds(999'999'999);  // "a very long time"
+    return std::chrono::seconds(std::stoll(std::string(value)));
+  }
+  // IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT".
+  std::tm tm{};
+  const std::string text(value);
+  const char* end = strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (end == nullptr || *end != '\0') return std::nullopt;
+  const auto at = std::chrono::system_clock::from_time_t(timegm(&tm));
+  if (at <= now) return std::chrono::seconds(0);
+  return std::chrono::ceil<std::chrono::seconds>(at - now);
+}
+
+absl::Status WithRetryAfter(absl::Status status, std::chrono::seconds retry_after) {
+  status.SetPayload(kRetryAfterPayload, absl::Cord(std::to_string(retry_after.count())));
+  return status;
+}
+
+std::optional<std::chrono::seconds> RetryAfterOf(const absl::Status& status) {
+  const auto p = status.GetPayload(kRetryAfterPayload);
+  if (!p) return std::nullopt;
+  return std::chrono::seconds(std::stoll(std::string(*p)));
 }
 
 bool IsRejection(const absl::Status& status) {
@@ -123,7 +159,15 @@ absl::StatusOr<AccessToken> HttpStsClient::Exchange(const std::string& subject_t
         what += ": " + j["error_description"].get<std::string>();
       }
     }
-    return absl::Status(st.code(), what);
+    absl::Status out(st.code(), what);
+    for (const auto& [name, value] : resp.headers) {
+      if (name != "retry-after") continue;
+      if (auto after = ParseRetryAfter(value, std::chrono::system_clock::now())) {
+        out = WithRetryAfter(std::move(out), *after);
+      }
+      break;
+    }
+    return out;
   }
   if (!j.is_object() || !j.contains("access_token") || !j["access_token"].is_string() ||
       !j.contains("expires_in") || !j["expires_in"].is_number_integer()) {

@@ -8,7 +8,9 @@
 //     InvalidArgument, 401 Unauthenticated, 403 PermissionDenied, 5xx Unavailable, ...) whose
 //     message adds the RFC 6749 error code and description; transport failures carry the
 //     client's mapping too (an untrusted certificate is FailedPrecondition). IsRejection() tells
-//     the STS's refusals (400, 401, 403, 404, 409, 416) from failures to reach it.
+//     the STS's refusals (400, 401, 403, 404, 409, 416) from failures to reach it. A non-200
+//     answer with a Retry-After header (delay-seconds or an HTTP-date, RFC 9110 section 10.2.3;
+//     wisp's gateway sends it with 429) carries it in the Status: RetryAfterOf().
 //   - HttpStsClient speaks HTTPS only, through http::Client (common/http), verifying the server
 //     against the CA (file or PEM text; neither = the system trust store) and its host name;
 //     `timeout` bounds each exchange. The subject token is never logged nor put in a Status.
@@ -19,7 +21,9 @@
 //   // unit tests: HttpStsClient::Create(options, std::make_shared<http::testing::FakeClient>())
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "wisp/http/client.hpp"
 #include "wisp/status/status.hpp"
@@ -67,6 +71,15 @@ class HttpStsClient final : public StsClient {
 // gives only for a 4xx answer: InvalidArgument, Unauthenticated, PermissionDenied, NotFound,
 // Aborted, OutOfRange); false for failures to reach it or to get a usable answer.
 bool IsRejection(const absl::Status& status);
+
+// The Retry-After an STS answer carried (see Exchange()), or nullopt.
+std::optional<std::chrono::seconds> RetryAfterOf(const absl::Status& status);
+// `status` carrying `retry_after` (a Status payload; the message is unchanged).
+absl::Status WithRetryAfter(absl::Status status, std::chrono::seconds retry_after);
+// A Retry-After header value: delay-seconds, or an IMF-fixdate HTTP-date counted from `now` (a
+// date in the past is 0 s); nullopt when it is neither.
+std::optional<std::chrono::seconds> ParseRetryAfter(std::string_view value,
+                                                    std::chrono::system_clock::time_point now);
 
 // Form encoding for one value (RFC 3986 unreserved characters kept, the rest %XX).
 std::string FormEscape(std::string_view value);

@@ -1,6 +1,8 @@
 #include "token_server.hpp"
 
+#include <algorithm>
 #include <ctime>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -34,17 +36,44 @@ std::string FormatRfc3339Nano(std::chrono::system_clock::time_point t) {
   return out;
 }
 
-TokenServer::TokenServer(TokenFile& file, StsClient& sts, Clock& clock, double refresh_fraction,
-                         SidecarMetrics* metrics)
+std::chrono::milliseconds RetryDelay(int failures, std::optional<std::chrono::seconds> retry_after,
+                                     const RefreshOptions& options, double draw1, double draw2) {
+  using std::chrono::milliseconds;
+  const bool jitter = options.refresh_jitter_percent > 0;
+  milliseconds d = options.backoff_initial;
+  for (int i = 1; i < failures && d < options.backoff_max; ++i) d *= 2;
+  d = std::min(d, options.backoff_max);
+  milliseconds delay = d;
+  if (jitter) delay = milliseconds(d.count() - static_cast<int64_t>(draw1 * d.count() / 2));
+  if (retry_after && retry_after->count() > 0) {
+    milliseconds floor = std::min<milliseconds>(*retry_after, kMaxRetryAfter);
+    if (jitter) floor += milliseconds(static_cast<int64_t>(draw2 * d.count() / 2));
+    delay = std::max(delay, floor);
+  }
+  return delay;
+}
+
+TokenServer::TokenServer(TokenFile& file, StsClient& sts, Clock& clock, RefreshOptions options)
     : file_(file),
       sts_(sts),
       clock_(clock),
-      refresh_fraction_(refresh_fraction),
-      metrics_(metrics) {}
+      options_(std::move(options)),
+      metrics_(options_.metrics) {}
+
+double TokenServer::Draw() const {
+  if (options_.random) return std::clamp(options_.random(), 0.0, 1.0);
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+}
 
 int TokenServer::exchanges() const {
   std::lock_guard lock(mu_);
   return exchanges_;
+}
+
+std::chrono::system_clock::time_point TokenServer::NextAttempt() const {
+  std::lock_guard lock(mu_);
+  return cached_ && last_error_.ok() ? refresh_at_ : retry_at_;
 }
 
 absl::StatusOr<CachedToken> TokenServer::Get(Caller caller) {
@@ -55,7 +84,7 @@ absl::StatusOr<CachedToken> TokenServer::Get(Caller caller) {
   // refresh is backing off: the cached token answers at once (nobody waits up to the STS timeout
   // for a token we already hold, and a down gateway is not asked once per request).
   if (cached_ &&
-      (start < refresh_at_ || (start < cached_->expiry && (in_flight_ || start < retry_at_)))) {
+      (start < refresh_at_ || (start < cached_->expiry && (in_flight_ > 0 || start < retry_at_)))) {
     if (lookups) lookups->cache_hits.Increment();
     return *cached_;
   }
@@ -63,14 +92,16 @@ absl::StatusOr<CachedToken> TokenServer::Get(Caller caller) {
   while (true) {
     const auto now = clock_.Now();
     if (cached_ && now < refresh_at_) return *cached_;
-    if (!in_flight_) break;
+    // Backing off with nothing valid to serve: the last error, at once, without asking the STS.
+    if (!last_error_.ok() && now < retry_at_ && in_flight_ == 0) return last_error_;
+    if (in_flight_ == 0 || !options_.single_flight) break;
     // Someone is exchanging: wait for that attempt, then use its outcome.
     const uint64_t gen = generation_;
     cv_.wait(lock, [&] { return generation_ != gen; });
     if (cached_ && clock_.Now() < cached_->expiry) return *cached_;
     if (!last_error_.ok()) return last_error_;
   }
-  in_flight_ = true;
+  ++in_flight_;
   lock.unlock();
 
   absl::StatusOr<AccessToken> fresh = absl::UnknownError("not attempted");
@@ -91,27 +122,40 @@ absl::StatusOr<CachedToken> TokenServer::Get(Caller caller) {
   }
 
   lock.lock();
-  in_flight_ = false;
+  --in_flight_;
   ++generation_;
   ++exchanges_;
   absl::StatusOr<CachedToken> result = absl::UnknownError("unset");
   if (fresh.ok()) {
     CachedToken t{fresh->access_token, fresh->token_type, now + fresh->expires_in};
+    // The refresh point of this token: (fraction - jitter) .. fraction of its lifetime.
+    const double at = options_.refresh_fraction -
+                      (options_.refresh_jitter_percent > 0
+                           ? Draw() * static_cast<double>(options_.refresh_jitter_percent) / 100
+                           : 0.0);
     refresh_at_ = now + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                            fresh->expires_in * refresh_fraction_);
+                            fresh->expires_in * std::max(at, 0.0));
     cached_ = t;
     last_error_ = absl::OkStatus();
+    failures_ = 0;
+    retry_at_ = {};
     result = t;
   } else {
     last_error_ = fresh.status();
-    retry_at_ = now + kRefreshRetryBackoff;
+    ++failures_;
+    const double draw1 = Draw(), draw2 = Draw();
+    const auto delay = RetryDelay(failures_, RetryAfterOf(fresh.status()), options_, draw1, draw2);
+    retry_at_ = now + delay;
     static auto logger = log::Get("sidecar");
     if (cached_ && now < cached_->expiry) {
-      SPDLOG_LOGGER_WARN(logger, "couldn't refresh the access token, serving the cached one: {}",
-                         fresh.status().ToString());
+      SPDLOG_LOGGER_WARN(logger,
+                         "couldn't refresh the access token, serving the cached one; next attempt "
+                         "in {} ms: {}",
+                         delay.count(), fresh.status().ToString());
       result = *cached_;
     } else {
-      SPDLOG_LOGGER_ERROR(logger, "token exchange failed: {}", fresh.status().ToString());
+      SPDLOG_LOGGER_ERROR(logger, "token exchange failed; next attempt in {} ms: {}", delay.count(),
+                          fresh.status().ToString());
       result = fresh.status();
     }
   }

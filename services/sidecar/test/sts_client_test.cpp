@@ -105,6 +105,50 @@ TEST(HttpStsClientTest, MapsAnswersAndFailuresOnce) {
   }
 }
 
+// Tests that a Retry-After on a 429 or 503 answer (delay-seconds or an HTTP-date) reaches the
+// Status, and that an answer without one carries none.
+TEST(HttpStsClientTest, CarriesRetryAfter) {
+  struct Case {
+    int status;
+    std::string header;  // "" = none
+    std::optional<std::chrono::seconds> want;
+  } cases[] = {
+      {429, "1", std::chrono::seconds(1)},
+      {503, " 120 ", std::chrono::seconds(120)},
+      {503, "Fri, 31 Dec 1999 23:59:59 GMT", std::chrono::seconds(0)},  // in the past
+      {503, "soon", std::nullopt},
+      {503, "", std::nullopt},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::to_string(c.status) + " " + c.header);
+    auto answer = FakeClient::Ok(R"({"error":"temporarily_unavailable"})", c.status);
+    if (!c.header.empty()) answer.headers = {{"retry-after", c.header}};
+    auto fake = std::make_shared<FakeClient>();
+    fake->On("POST", kUrl, answer);
+    auto r = Make(fake)->Exchange("subject-jwt");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(RetryAfterOf(r.status()), c.want) << r.status();
+    EXPECT_FALSE(IsRejection(r.status()));
+  }
+}
+
+// Tests Retry-After's two forms against a fixed now, and values that are neither.
+TEST(ParseRetryAfterTest, SecondsAndHttpDates) {
+  // Sun, 06 Nov 1994 08:49:37 GMT (RFC 9110's example) is 784111777.
+  const auto now = std::chrono::system_clock::from_time_t(784111777 - 30);
+  EXPECT_EQ(ParseRetryAfter("0", now), std::chrono::seconds(0));
+  EXPECT_EQ(ParseRetryAfter("45", now), std::chrono::seconds(45));
+  EXPECT_EQ(ParseRetryAfter("Sun, 06 Nov 1994 08:49:37 GMT", now), std::chrono::seconds(30));
+  EXPECT_EQ(ParseRetryAfter("99999999999999", now), std::chrono::seconds(999'999'999));
+  EXPECT_EQ(ParseRetryAfter("-5", now), std::nullopt);
+  EXPECT_EQ(ParseRetryAfter("1.5", now), std::nullopt);
+  EXPECT_EQ(ParseRetryAfter("Sunday, 06-Nov-94 08:49:37 GMT", now), std::nullopt);
+  EXPECT_EQ(ParseRetryAfter("", now), std::nullopt);
+  EXPECT_EQ(RetryAfterOf(absl::UnavailableError("x")), std::nullopt);
+  EXPECT_EQ(RetryAfterOf(WithRetryAfter(absl::UnavailableError("x"), std::chrono::seconds(9))),
+            std::chrono::seconds(9));
+}
+
 // Tests that bad options are refused naming the flag.
 TEST(HttpStsClientTest, RefusesBadOptionsNamingTheFlag) {
   const std::pair<StsOptions, const char*> cases[] = {

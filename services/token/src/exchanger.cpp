@@ -177,8 +177,8 @@ v1::ExchangeResponse Exchanger::Exchange(const v1::ExchangeRequest& req) const {
       {"sub", sub}, {"aud", std::move(aud)}, {"wisp.dev/subject_issuer", subject_iss}};
   if (!scopes.empty()) access["scope"] = req.scope();
   auto alg = issuer_.AlgorithmFor("");
-  auto signed_token =
-      issuer_.SignClaims(std::move(access), policy->access_token_lifetime_seconds, *alg);
+  auto signed_token = issuer_.SignClaims(
+      std::move(access), issuer_.Lifetime(policy->access_token_lifetime_seconds), *alg);
   if (!signed_token.ok()) {
     SPDLOG_LOGGER_ERROR(log::Get("exchange"), "signing access token: {}",
                         signed_token.status().ToString());

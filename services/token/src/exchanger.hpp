@@ -16,7 +16,8 @@
 //   - The subject (namespace, service account from sub) must match an exchange rule that allows the
 //     audience (else invalid_target) and every requested scope (else invalid_scope).
 //   - Success: an access token = a wisp-signed JWT {iss, sub, aud: audience, scope, exp, iat, nbf,
-//     jti, wisp.dev/subject_issuer}, lifetime exchange.accessTokenLifetimeSeconds, token_type
+//     jti, wisp.dev/subject_issuer}, lifetime exchange.accessTokenLifetimeSeconds shortened by the
+//     issuer's lifetime jitter (Issuer::Lifetime; expires_in says what it came to), token_type
 //     Bearer, issued_token_type ...:access_token. Errors carry error, error_description and the
 //     HTTP status (400; 500 for server_error). The verified subject comes back in `subject` so the
 //     gateway can rate-limit by it.

@@ -77,6 +77,10 @@ Issuer::Issuer(const KeyManager& keys, const PolicyStore& policy, Clock& clock,
       metrics_(metrics),
       options_(std::move(options)) {}
 
+int64_t Issuer::Lifetime(int64_t lifetime_seconds) const {
+  return options_.lifetime_jitter.Apply(lifetime_seconds, kMinExpirationSeconds);
+}
+
 absl::StatusOr<jwt::Algorithm> Issuer::AlgorithmFor(std::string_view name) const {
   if (name.empty()) return options_.default_algorithm;
   auto alg = jwt::ParseAlgorithm(name);
@@ -120,7 +124,7 @@ absl::StatusOr<v1::IssueResponse> Issuer::Issue(const v1::IssueRequest& req) con
   int64_t cap = policy->max_expiration_seconds;
   if (ns != nullptr && ns->max_expiration_seconds > 0)
     cap = std::min(cap, ns->max_expiration_seconds);
-  exp_s = std::min(exp_s, cap);
+  exp_s = Lifetime(std::min(exp_s, cap));
 
   std::vector<std::string> auds(req.audiences().begin(), req.audiences().end());
   if (auds.empty()) auds = policy->default_audiences;

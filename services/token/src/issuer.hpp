@@ -7,7 +7,11 @@
 //     exp, iat, nbf (= iat), jti, and "kubernetes.io": {namespace, serviceaccount {name, uid},
 //     pod {name, uid} (when bound to a pod), node {name} (when given)}.
 //   - expirationSeconds: 0 means 3600; < 600 and > 2^32 are refused with Kubernetes' messages;
-//     otherwise capped by the namespace's (then the global) maxExpirationSeconds.
+//     otherwise capped by the namespace's (then the global) maxExpirationSeconds, then shortened
+//     by Options::lifetime_jitter (lifetime_jitter.hpp: up to its spread, never below 600 s), as
+//     TokenRequest allows: a client reads the expiry from the answer, not from its request.
+//   - Lifetime() applies the same jitter to a lifetime chosen elsewhere (the Exchanger's access
+//     tokens, the policy's accessTokenLifetimeSeconds).
 //   - Audiences: empty means the policy's defaultAudiences; every audience must be allowed for
 //     the namespace (policy), else PermissionDenied naming it.
 //   - With the policy's issue.requirePodProof, the request must carry the kubelet's token for the
@@ -28,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "key_manager.hpp"
+#include "lifetime_jitter.hpp"
 #include "metrics.hpp"
 #include "policy.hpp"
 #include "policy_store.hpp"
@@ -50,6 +55,9 @@ class Issuer {
     jwt::Algorithm default_algorithm = jwt::Algorithm::kRS256;
     // Clock skew allowed on the pod proof's exp/nbf (issue.requirePodProof).
     std::chrono::seconds leeway{60};
+    // Shortens each lifetime by up to its spread (none by default; wisp-token's flag
+    // --lifetime-jitter-percent sets kDefaultLifetimeJitterPercent).
+    LifetimeJitter lifetime_jitter;
   };
   // A fixed policy (copied).
   Issuer(const KeyManager& keys, const Policy& policy, Clock& clock, TokenMetrics& metrics,
@@ -65,6 +73,8 @@ class Issuer {
   // Adds iss, iat, nbf, exp (= iat + lifetime) and jti to `claims` and signs them.
   absl::StatusOr<Signed> SignClaims(nlohmann::json claims, int64_t lifetime_seconds,
                                     jwt::Algorithm alg) const;
+  // `lifetime_seconds` (at least kMinExpirationSeconds) shortened by the lifetime jitter.
+  int64_t Lifetime(int64_t lifetime_seconds) const;
   // The algorithm named by a request ("" = default).
   absl::StatusOr<jwt::Algorithm> AlgorithmFor(std::string_view name) const;
 

@@ -38,6 +38,17 @@ void AddTokenFlags(config::Flags& flags, TokenSettings& s) {
                "SIGHUP and when the file changes; a file that does not load keeps the policy in "
                "force. Without it any namespace may request any audience and no exchange is "
                "allowed.");
+  flags.Int(
+      "lifetime-jitter-percent", &s.lifetime_jitter_percent,
+      "Shortens the lifetime of every issued token and exchanged access token by a random 0 to "
+      "this percent of it (never below 600 s; never longer than the policy allows), so tokens "
+      "issued together are not all refreshed together. IRSA projects its default 86400 s as "
+      "79200-86400 s, a spread of 8.3%. 0 = exact lifetimes.",
+      [](int64_t v) {
+        return v >= 0 && v <= kMaxLifetimeJitterPercent
+                   ? absl::OkStatus()
+                   : absl::InvalidArgumentError("must be between 0 and 50");
+      });
   flags.Duration("review-leeway", &s.leeway,
                  "Clock skew allowed when checking exp and nbf (reviews, exchanges, pod proofs).");
 }
@@ -107,7 +118,10 @@ absl::StatusOr<std::unique_ptr<TokenApp>> TokenApp::Start(const TokenSettings& s
   const seconds leeway = duration_cast<seconds>(s.leeway);
   app->issuer_ = std::make_unique<Issuer>(
       *app->keys_, *app->policy_store_, clock, *app->metrics_,
-      Issuer::Options{.issuer = s.issuer_url, .default_algorithm = alg, .leeway = leeway});
+      Issuer::Options{.issuer = s.issuer_url,
+                      .default_algorithm = alg,
+                      .leeway = leeway,
+                      .lifetime_jitter = LifetimeJitter(s.lifetime_jitter_percent)});
   app->reviewer_ =
       std::make_unique<Reviewer>(*app->keys_, clock, *app->metrics_,
                                  Reviewer::Options{.issuer = s.issuer_url, .leeway = leeway});

@@ -30,6 +30,7 @@
 #include "exchanger.hpp"
 #include "issuer.hpp"
 #include "key_manager.hpp"
+#include "lifetime_jitter.hpp"
 #include "metrics.hpp"
 #include "policy_store.hpp"
 #include "reviewer.hpp"
@@ -49,6 +50,7 @@ struct TokenSettings {
   std::chrono::milliseconds rotation = std::chrono::hours(24);
   std::chrono::milliseconds publish_ahead{0};  // 0 = rotation / 2
   std::chrono::milliseconds leeway = std::chrono::seconds(60);
+  int64_t lifetime_jitter_percent = kDefaultLifetimeJitterPercent;
 };
 
 void AddTokenFlags(config::Flags& flags, TokenSettings& settings);

@@ -1,5 +1,6 @@
 #include "admit.hpp"
 
+#include <cctype>
 #include <iostream>
 #include <array>
 #include <map>
@@ -73,6 +74,18 @@ void EmitYaml(YAML::Emitter& out, const Json& v) {
     } catch (const YAML::Exception&) {
       ambiguous = true;  // does not even parse as plain YAML: quote it
     }
+    // YAML 1.1 readers (PyYAML, kubectl's go-yaml) also read "0600" as an octal number and
+    // "yes"/"off" as booleans: quote anything numeric-looking and those words too.
+    if (!ambiguous && !s.empty()) {
+      const bool numeric =
+          (std::isdigit(static_cast<unsigned char>(s[0])) ||
+           ((s[0] == '-' || s[0] == '+' || s[0] == '.') && s.size() > 1)) &&
+          s.find_first_not_of("+-0123456789._:eExXoObBaAcCdDfF") == std::string::npos;
+      std::string lower = s;
+      for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      ambiguous = numeric || lower == "yes" || lower == "no" || lower == "on" || lower == "off" ||
+                  lower == "y" || lower == "n";
+    }
     if (ambiguous) out << YAML::DoubleQuoted;
     out << s;
   } else if (v.is_boolean()) {
@@ -118,7 +131,9 @@ constexpr const char* kAdmitHelp =
     "for the apiserver: unless --dry-run, each allowed PersistentVolumeClaim, DataVolume or "
     "VolumeImportSource is then committed (wisp.v1.policy.record with --bus, as the gateway's "
     "watch reports a stored object; an in-memory store for this run without), so later "
-    "documents see it. Exit status: 0 every document allowed, 1 a document was denied or "
+    "documents see it; a Pod's call carries the annotations of its ServiceAccount when an earlier "
+    "document of FILE is that ServiceAccount (as the gateway reads it from the apiserver). Exit "
+    "status: 0 every document allowed, 1 a document was denied or "
     "failed, 2 bad usage.";
 
 }  // namespace
@@ -152,6 +167,9 @@ AdmitResult AdmitManifests(const std::vector<Json>& manifests, const AdmitOption
                            const Decider& decide, const Committer& commit) {
   AdmitResult result;
   std::ostringstream out;
+  // ServiceAccounts of the documents so far ("<ns>/<name>" -> annotations): a later pod's
+  // AdmissionCall carries its ServiceAccount's, as the gateway reads them from the apiserver.
+  std::map<std::string, std::map<std::string, std::string>> service_accounts;
   for (size_t i = 0; i < manifests.size(); ++i) {
     const Json& doc = manifests[i];
     const std::string api_version = k8s::GetString(doc, {"apiVersion"});
@@ -172,6 +190,22 @@ AdmitResult AdmitManifests(const std::vector<Json>& manifests, const AdmitOption
     if (options.operation == "UPDATE") call.set_old_object_json(doc.dump());
     call.set_dry_run(options.dry_run);
     call.set_server_version(options.kubernetes_version);
+    if (call.kind().group().empty() && kind == "ServiceAccount") {
+      auto& annotations = service_accounts[ns + "/" + name];
+      annotations.clear();
+      if (const Json* a = k8s::Find(doc, {"metadata", "annotations"}); a && a->is_object()) {
+        for (const auto& [k, v] : a->items()) {
+          if (v.is_string()) annotations[k] = v.get<std::string>();
+        }
+      }
+    }
+    if (call.kind().group().empty() && kind == "Pod") {
+      const std::string sa = k8s::GetString(doc, {"spec", "serviceAccountName"}, "default");
+      if (auto it = service_accounts.find(ns + "/" + sa); it != service_accounts.end()) {
+        call.set_service_account_found(true);
+        for (const auto& [k, v] : it->second) (*call.mutable_service_account_annotations())[k] = v;
+      }
+    }
 
     Json report = {
         {"document", i + 1}, {"kind", api_version + " " + kind}, {"name", ns + "/" + name}};

@@ -15,6 +15,9 @@
 //     records of (PVC, DataVolume, VolumeImportSource) is then committed, as the gateway's watch
 //     reports a stored object (wisp.v1.policy.record with --bus; the in-memory store without), so
 //     later documents see it (a PVC, then a DataVolume of its name).
+//   - A Pod's AdmissionCall carries its ServiceAccount's annotations (service_account_annotations,
+//     service_account_found) when an earlier document of FILE is that ServiceAccount, as the
+//     gateway reads them from the apiserver; identity presets are then chosen per ServiceAccount.
 //   - Output (YAML): per document a verdict (allowed, code, message, warnings, audit annotations,
 //     the RFC 6902 patch) followed by the mutated object. Exit 0 when every document is allowed, 1
 //     when one is denied or fails, 2 for bad usage or an unreadable file.

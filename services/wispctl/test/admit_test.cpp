@@ -44,6 +44,58 @@ spec:
   EXPECT_FALSE(ParseManifests("a: [1, 2").ok());
 }
 
+// Tests that strings a YAML 1.1 reader (PyYAML, kubectl's go-yaml) would take for numbers or
+// booleans are written quoted: a CSI fileMode "0600" must stay a string.
+TEST(AdmitTest, QuotesStringsYaml11ReadsAsOtherTypes) {
+  const Json attrs = {{"fileMode", "0600"}, {"on", "off"}, {"v", "2.17.0"}, {"plain", "token"}};
+  const std::string yaml = ToYaml(attrs);
+  EXPECT_NE(yaml.find("fileMode: \"0600\""), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("on: \"off\""), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("plain: token"), std::string::npos) << yaml;
+  auto again = ParseManifests(yaml);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[0], attrs);
+}
+
+// Tests that a pod's call carries the annotations of its ServiceAccount when an earlier
+// document is that ServiceAccount, and not another namespace's of the same name.
+TEST(AdmitTest, PodCallCarriesItsServiceAccountsAnnotations) {
+  auto docs = ParseManifests(R"(
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: s3-reader, namespace: other, annotations: {x: "1"}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: s3-reader, namespace: apps, annotations: {eks.amazonaws.com/role-arn: a}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: apps}
+spec: {serviceAccountName: s3-reader, containers: [{name: app, image: busybox}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: q, namespace: apps}
+spec: {containers: [{name: app, image: busybox}]}
+)");
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  std::vector<v1::AdmissionCall> calls;
+  Decider decide = [&](const v1::AdmissionCall& call,
+                       bool) -> absl::StatusOr<v1::AdmissionVerdict> {
+    calls.push_back(call);
+    v1::AdmissionVerdict v;
+    v.set_allowed(true);
+    return v;
+  };
+  AdmitManifests(*docs, {}, decide);
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_TRUE(calls[2].service_account_found());
+  ASSERT_EQ(calls[2].service_account_annotations().size(), 1u);
+  EXPECT_EQ(calls[2].service_account_annotations().at("eks.amazonaws.com/role-arn"), "a");
+  EXPECT_FALSE(calls[3].service_account_found()) << "no ServiceAccount default in apps";
+}
+
 // Tests the local run: a VMI gets its token annotation, and its launcher pod (carrying the
 // annotation, as virt-controller copies it) the token volume; a denial sets all_allowed false.
 TEST(AdmitTest, LocalRunAdmitsVmiAndLauncherPod) {

@@ -21,7 +21,40 @@ absl::Status Bad(const std::string& attribute, const std::string& why) {
   return absl::InvalidArgumentError("volume_context[" + attribute + "]: " + why);
 }
 
+bool IsHttpsUrl(const std::string& s) {
+  return s.rfind("https://", 0) == 0 && s.size() > 8 &&
+         s.find_first_of(" \t\r\n\"\\") == std::string::npos;
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> GcpCredentialConfig(const VolumeContext& context) {
+  const std::string audience = Get(context, "gcpAudience");
+  const std::string token_url = Get(context, "gcpTokenUrl");
+  const std::string token_path = Get(context, "gcpTokenPath");
+  const std::string impersonation = Get(context, "gcpServiceAccountImpersonationUrl");
+  if (audience.rfind("//iam.googleapis.com/", 0) != 0) {
+    return Bad("gcpAudience", "must be a workload identity provider, //iam.googleapis.com/...");
+  }
+  if (!IsHttpsUrl(token_url)) return Bad("gcpTokenUrl", "must be an https URL");
+  if (token_path.empty() || token_path.front() != '/') {
+    return Bad("gcpTokenPath", "must be the token's absolute path inside the container");
+  }
+  if (!impersonation.empty() && !IsHttpsUrl(impersonation)) {
+    return Bad("gcpServiceAccountImpersonationUrl", "must be an https URL");
+  }
+  // The format of `gcloud iam workload-identity-pools create-cred-config`: an external account
+  // whose subject token is the file's text.
+  nlohmann::ordered_json config = {
+      {"universe_domain", "googleapis.com"},
+      {"type", "external_account"},
+      {"audience", audience},
+      {"subject_token_type", "urn:ietf:params:oauth:token-type:jwt"},
+      {"token_url", token_url},
+      {"credential_source", {{"file", token_path}, {"format", {{"type", "text"}}}}}};
+  if (!impersonation.empty()) config["service_account_impersonation_url"] = impersonation;
+  return config.dump(2) + "\n";
+}
 
 bool IsEphemeral(const VolumeContext& context) { return Get(context, kEphemeralKey) == "true"; }
 
@@ -66,6 +99,38 @@ absl::StatusOr<TokenVolumeSpec> ParseTokenVolume(const VolumeContext& context,
       return Bad("fileMode", "must be an octal mode between 0000 and 0777, got \"" + text + "\"");
     }
     spec.file_mode = mode;
+  }
+
+  for (const auto& [key, out] :
+       {std::pair{"fileOwner", &spec.file_uid}, std::pair{"fileGroup", &spec.file_gid}}) {
+    auto it = context.find(key);
+    if (it == context.end()) continue;
+    const std::string& text = it->second;
+    uint32_t id = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+    // 2^32-1 is (uid_t)-1, "no change" to chown.
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() || id == UINT32_MAX) {
+      return Bad(key, "must be a numeric id between 0 and 4294967294, got \"" + text + "\"");
+    }
+    *out = id;
+  }
+
+  if (auto it = context.find("gcpCredentialFile"); it != context.end()) {
+    WISP_ASSIGN_OR_RETURN(std::string config, GcpCredentialConfig(context));
+    const std::string& name = it->second;
+    if (absl::Status st = fsutil::ValidatePath(name); !st.ok()) {
+      return Bad("gcpCredentialFile", std::string(st.message()));
+    }
+    if (name.find('/') != std::string::npos || name == spec.path) {
+      return Bad("gcpCredentialFile",
+                 "must be a file name without '/', other than the token's: " + name);
+    }
+    spec.extra_files[name] = std::move(config);
+  } else {
+    for (const char* key :
+         {"gcpAudience", "gcpTokenUrl", "gcpTokenPath", "gcpServiceAccountImpersonationUrl"}) {
+      if (context.count(key) > 0) return Bad(key, "is set without gcpCredentialFile");
+    }
   }
 
   const std::string source = Get(context, "tokenSource");

@@ -8,6 +8,13 @@
 //                      at most 2^32
 //   path               file name inside the volume, default "token" (kubelet validatePath rules)
 //   fileMode           octal, default "0644", at most 0777
+//   fileOwner          uid the files are given (decimal), default the gateway's own (root);
+//   fileGroup          gid likewise. wisp-policy's presets set them to the one user every
+//                      container the token is for runs as, with fileMode 0600.
+//   gcpCredentialFile  with gcpAudience, gcpTokenUrl, gcpTokenPath (the token's path inside the
+//                      container) and optionally gcpServiceAccountImpersonationUrl: a Google
+//                      external-account credential configuration written beside the token under
+//                      this file name (mode 0644 unless fileOwner is set; it holds no secret).
 //   tokenSource        "wisp" (default: issued by wisp-token, bound to the pod) or "kubelet" (taken
 //                      from csi.storage.k8s.io/serviceAccount.tokens; needs CSIDriver tokenRequests
 //                      and requiresRepublish)
@@ -20,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include <google/protobuf/map.h>
@@ -50,6 +58,9 @@ struct TokenVolumeSpec {
   std::string path = "token";
   uint32_t file_mode = 0644;
   TokenSource source = TokenSource::kWisp;
+  std::optional<uint32_t> file_uid;
+  std::optional<uint32_t> file_gid;
+  std::map<std::string, std::string> extra_files;  // file name -> content, beside the token
   v1::Subject subject;  // namespace, service account, pod name/uid (node filled by the caller)
 };
 
@@ -64,6 +75,10 @@ struct KubeletToken {
   std::string token;
   int64_t expires_unix = 0;
 };
+
+// The external-account credential configuration the gcp* attributes describe (JSON text);
+// InvalidArgument naming the attribute.
+absl::StatusOr<std::string> GcpCredentialConfig(const VolumeContext& context);
 
 // Picks the token for `audience` out of csi.storage.k8s.io/serviceAccount.tokens
 // ({"<audience>":{"token":"…","expirationTimestamp":"RFC 3339"}}).

@@ -81,10 +81,19 @@ absl::Status TokenVolumes::Recover() {
 
 // ---- Publish and unpublish ---------------------------------------------------------------------
 
-absl::Status TokenVolumes::WriteToken(const std::string& target, const std::string& file,
-                                      const std::string& token, uint32_t mode) {
-  fsutil::AtomicWriter writer(target, clock_);
-  auto changed = writer.Write({{file, fsutil::FileProjection{token, mode}}});
+absl::Status TokenVolumes::WriteToken(const v1::TokenProjection& projection,
+                                      const std::string& token) {
+  fsutil::AtomicWriter writer(projection.target_path(), clock_);
+  const int64_t uid = projection.has_file_uid() ? int64_t{projection.file_uid()} : -1;
+  const int64_t gid = projection.has_file_gid() ? int64_t{projection.file_gid()} : -1;
+  fsutil::Payload payload;
+  payload[projection.path()] = fsutil::FileProjection{token, projection.file_mode(), uid, gid};
+  for (const auto& [name, content] : projection.extra_files()) {
+    // No secret in these, but the same owner; readable by the group and others unless owned.
+    payload[name] =
+        fsutil::FileProjection{content, uid >= 0 ? projection.file_mode() : 0644u, uid, gid};
+  }
+  auto changed = writer.Write(payload);
   return changed.ok() ? absl::OkStatus() : Annotate(changed.status(), "writing token");
 }
 
@@ -134,7 +143,7 @@ absl::Status TokenVolumes::Publish(const ::csi::v1::NodePublishVolumeRequest& re
         proofs_[id] = proof;  // the kubelet's fresh token, for this and the next rotations
       }
       if (kubelet_token) {
-        WISP_RETURN_IF_ERROR(WriteToken(target, spec.path, kubelet_token->token, spec.file_mode));
+        WISP_RETURN_IF_ERROR(WriteToken(*existing, kubelet_token->token));
         v1::TokenProjection updated = *existing;
         updated.set_issued_unix(clock_.NowUnixSeconds());
         updated.set_expires_unix(kubelet_token->expires_unix);
@@ -178,11 +187,6 @@ absl::Status TokenVolumes::Publish(const ::csi::v1::NodePublishVolumeRequest& re
     if (mounted_here) mounter_.Unmount(target).IgnoreError();
     RemoveTarget(mounter_, target, /*token_volume=*/true).IgnoreError();
   };
-  if (absl::Status st = WriteToken(target, spec.path, token.token, spec.file_mode); !st.ok()) {
-    undo();
-    return st;
-  }
-
   v1::TokenProjection projection;
   projection.set_volume_id(id);
   projection.set_node(options_.node_id);
@@ -192,6 +196,14 @@ absl::Status TokenVolumes::Publish(const ::csi::v1::NodePublishVolumeRequest& re
   projection.set_expiration_seconds(spec.expiration_seconds);
   projection.set_path(spec.path);
   projection.set_file_mode(spec.file_mode);
+  if (spec.file_uid) projection.set_file_uid(*spec.file_uid);
+  if (spec.file_gid) projection.set_file_gid(*spec.file_gid);
+  for (const auto& [name, content] : spec.extra_files)
+    (*projection.mutable_extra_files())[name] = content;
+  if (absl::Status st = WriteToken(projection, token.token); !st.ok()) {
+    undo();
+    return st;
+  }
   projection.set_token_source(kubelet_token ? kSourceKubelet : kSourceWisp);
   projection.set_issued_unix(token.issued_unix);
   projection.set_expires_unix(token.expires_unix);
@@ -341,9 +353,7 @@ absl::Status TokenVolumes::FinishRotation(const Rotation& asked,
   };
 
   if (!token.ok()) return fail(token.status());
-  if (absl::Status st = WriteToken(projection.target_path(), projection.path(), token->token,
-                                   projection.file_mode());
-      !st.ok()) {
+  if (absl::Status st = WriteToken(projection, token->token); !st.ok()) {
     return fail(st);
   }
   projection.set_issued_unix(token->issued_unix);

@@ -93,8 +93,9 @@ class TokenVolumes {
   // schedules a retry; Aborted (nothing written) when the volume was unpublished or published
   // again differently since `asked` was read. Volume lock held.
   absl::Status FinishRotation(const Rotation& asked, absl::StatusOr<IssuedToken> token);
-  absl::Status WriteToken(const std::string& target, const std::string& file,
-                          const std::string& token, uint32_t mode);
+  // Writes the token and the files beside it (gcp credential configuration) as one atomic set,
+  // with the projection's mode and owner.
+  absl::Status WriteToken(const v1::TokenProjection& projection, const std::string& token);
   void ScheduleNext(v1::TokenProjection& projection);
   int64_t JitteredRotation(int64_t issued_unix, int64_t expires_unix);
   void UpdateGauge();

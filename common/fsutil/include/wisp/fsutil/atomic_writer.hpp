@@ -11,9 +11,10 @@
 // Contract:
 //   - Write() validates every payload key (ValidatePath: relative, no "..", length limits) and
 //     fails with InvalidArgument before touching the disk.
-//   - When every file already holds the same bytes and mode, nothing is rewritten (visible
+//   - When every file already holds the same bytes, mode and owner, nothing is rewritten (visible
 //     symlinks are still ensured) and Write() returns false; otherwise it returns true.
-//   - Files get exactly `mode` (chmod after write, so the umask has no say).
+//   - Files get exactly `mode` (chmod after write, so the umask has no say), and the owner
+//     `uid`/`gid` when set (the writer must be allowed to chown: root, or CAP_CHOWN).
 //   - Paths present in the old data directory but absent from the new payload disappear.
 //   - One writer per target directory at a time (callers serialise); any number of readers.
 //   - Consumers may watch the ..data symlink (inotify) to detect updates.
@@ -39,6 +40,9 @@ inline constexpr size_t kMaxPathLength = 4096;
 struct FileProjection {
   std::string data;
   uint32_t mode = 0644;
+  // Owner (chown after write, before the mode is set); -1 leaves the writer's own.
+  int64_t uid = -1;
+  int64_t gid = -1;
 };
 
 // Keys are relative paths ("token", "certs/ca.crt").

@@ -7,6 +7,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <spdlog/sinks/ostream_sink.h>
 
 #include "csi/bind_volumes.hpp"
@@ -112,6 +113,40 @@ TEST_F(NodeServiceTest, RotatesAtEightyPercentOfLifetime) {
   EXPECT_EQ(store_->Get("csi-1")->rotations(), 1);
   EXPECT_EQ(metrics_.rotations_ok.Value(), 1);
   EXPECT_GT(*node_->scheduler().DueUnix("csi-1"), clock_.NowUnixSeconds() + 700);
+}
+
+// Tests the identity presets' attributes: the token (and the gcp credential file beside it) owned
+// by the containers' user with 0600, kept so through a rotation and a restart's record.
+TEST_F(NodeServiceTest, WritesTheOwnerAndTheGcpCredentialFile) {
+  const std::string target = Target("t1");
+  auto req = TokenPublish("csi-1", target);
+  auto& c = *req.mutable_volume_context();
+  c["fileOwner"] = "1000";
+  c["fileGroup"] = "3000";
+  c["fileMode"] = "0600";
+  c["gcpCredentialFile"] = "credential-configuration.json";
+  c["gcpAudience"] =
+      "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k";
+  c["gcpTokenUrl"] = "https://sts.googleapis.com/v1/token";
+  c["gcpTokenPath"] = "/var/run/secrets/wisp/gcp/token";
+  ASSERT_TRUE(node_->Publish(req).ok());
+  auto owned = [&](const std::string& file) {
+    struct stat st {};
+    EXPECT_EQ(::stat((target + "/" + file).c_str(), &st), 0) << file;
+    EXPECT_EQ(st.st_uid, 1000u) << file;
+    EXPECT_EQ(st.st_gid, 3000u) << file;
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << file;
+  };
+  owned("token");
+  owned("credential-configuration.json");
+  EXPECT_THAT(ReadFile(target + "/credential-configuration.json"),
+              HasSubstr(R"("file": "/var/run/secrets/wisp/gcp/token")"));
+  EXPECT_EQ(store_->Get("csi-1")->file_uid(), 1000u);
+  clock_.Advance(std::chrono::seconds(721));
+  EXPECT_EQ(node_->scheduler().RunDue(), 1);
+  EXPECT_EQ(ReadFile(target + "/token"), "tok-2");
+  owned("token");
+  owned("credential-configuration.json");
 }
 
 // Tests that the kubelet's token for the proof audience goes with the issue on publish and on

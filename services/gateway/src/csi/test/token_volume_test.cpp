@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "csi/strip_secrets.hpp"
 
@@ -31,6 +32,60 @@ TEST(TokenVolumeTest, ParsesDefaults) {
   EXPECT_EQ(spec->subject.namespace_(), "team");
   EXPECT_EQ(spec->subject.service_account(), "app");
   EXPECT_EQ(spec->subject.pod_uid(), "uid-1");
+}
+
+// Tests fileOwner/fileGroup (the identity presets' non-root owner) and their refusals.
+TEST(TokenVolumeTest, ParsesFileOwner) {
+  VolumeContext c = PodContext();
+  c["fileOwner"] = "1000";
+  c["fileGroup"] = "0";
+  auto spec = ParseTokenVolume(c, kMinExpirationSeconds);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->file_uid, 1000u);
+  EXPECT_EQ(spec->file_gid, 0u);
+  for (const char* bad : {"", "-1", "root", "4294967295", "1e3"}) {
+    c["fileOwner"] = bad;
+    EXPECT_EQ(ParseTokenVolume(c, kMinExpirationSeconds).status().message(),
+              "volume_context[fileOwner]: must be a numeric id between 0 and 4294967294, got \"" +
+                  std::string(bad) + "\"");
+  }
+}
+
+// Tests the gcp credential configuration written beside the token: Google's external-account
+// format pointing at the token's path in the container, and the refusals naming the attribute.
+TEST(TokenVolumeTest, GcpCredentialConfiguration) {
+  VolumeContext c = PodContext();
+  c["gcpCredentialFile"] = "credential-configuration.json";
+  c["gcpAudience"] =
+      "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k";
+  c["gcpTokenUrl"] = "https://sts.googleapis.com/v1/token";
+  c["gcpTokenPath"] = "/var/run/secrets/wisp/gcp/token";
+  auto spec = ParseTokenVolume(c, kMinExpirationSeconds);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->extra_files.count("credential-configuration.json"), 1u);
+  auto config = nlohmann::json::parse(spec->extra_files["credential-configuration.json"]);
+  EXPECT_EQ(config["type"], "external_account");
+  EXPECT_EQ(config["audience"], c["gcpAudience"]);
+  EXPECT_EQ(config["subject_token_type"], "urn:ietf:params:oauth:token-type:jwt");
+  EXPECT_EQ(config["token_url"], "https://sts.googleapis.com/v1/token");
+  EXPECT_EQ(config["credential_source"],
+            nlohmann::json::parse(
+                R"({"file":"/var/run/secrets/wisp/gcp/token","format":{"type":"text"}})"));
+  EXPECT_FALSE(config.contains("service_account_impersonation_url"));
+
+  VolumeContext bad = c;
+  bad["gcpTokenUrl"] = "http://sts";
+  EXPECT_EQ(ParseTokenVolume(bad, kMinExpirationSeconds).status().message(),
+            "volume_context[gcpTokenUrl]: must be an https URL");
+  bad = c;
+  bad["gcpCredentialFile"] = "token";
+  EXPECT_THAT(std::string(ParseTokenVolume(bad, kMinExpirationSeconds).status().message()),
+              HasSubstr("volume_context[gcpCredentialFile]: must be a file name without '/', "
+                        "other than the token's"));
+  bad = c;
+  bad.erase("gcpCredentialFile");
+  EXPECT_EQ(ParseTokenVolume(bad, kMinExpirationSeconds).status().message(),
+            "volume_context[gcpAudience]: is set without gcpCredentialFile");
 }
 
 // Tests every attribute of the scenario-4 volume.

@@ -65,9 +65,12 @@ struct PodFacts {
     std::string csi_expiration_seconds;  // csi.volumeAttributes.expirationSeconds
   };
 
-  std::string namespace_name;  // metadata.namespace
-  Strings annotations;         // string-valued members of metadata.annotations
-  Strings labels;              // string-valued members of metadata.labels
+  std::string namespace_name;           // metadata.namespace
+  std::string service_account_name;     // spec.serviceAccountName ("" when not set)
+  std::optional<int64_t> run_as_user;   // spec.securityContext.runAsUser
+  std::optional<int64_t> run_as_group;  // spec.securityContext.runAsGroup
+  Strings annotations;                  // string-valued members of metadata.annotations
+  Strings labels;                       // string-valued members of metadata.labels
   Shape spec_shape = Shape::kAbsent;
   bool host_network = false;
   Shape containers_shape = Shape::kAbsent;

@@ -42,6 +42,32 @@ struct RuleSwitches {
   bool data_volumes = true;         // d: CDI DataVolumes
   bool pvc_sources = true;          // e: PVCs, wisp.dev and CDI VolumeImportSources
   bool pod_token_audiences = true;  // f: projected token audiences vs the namespace allow-list
+  bool identity_presets = true;     // g: SDK wiring presets and wisp.dev/tokens (issue 25)
+};
+
+// Rule g's settings (identityPresets in the file): the defaults of each preset, as the upstream
+// webhooks have them (amazon-eks-pod-identity-webhook's flags, azure-workload-identity's
+// constants, Google's STS). A lifetime left at its default is capped at maxTokenLifetime.
+struct IdentityPresets {
+  // eks.amazonaws.com/role-arn (ServiceAccount or pod) selects aws, and the pod label
+  // azure.workload.identity/use=true selects azure, as the upstream webhooks do. Off when they
+  // run beside wisp and should keep those pods.
+  bool upstream_annotations = true;
+  // The csi.wisp.dev volumes' tokenSource: "wisp" (wisp-token issues, wisp's issuer) or "kubelet"
+  // (the API server's token; the CSIDriver must list the audience in tokenRequests).
+  std::string token_source = "wisp";
+  std::string aws_audience = "sts.amazonaws.com";
+  std::string aws_region;  // AWS_REGION and AWS_DEFAULT_REGION when set
+  bool aws_sts_regional_endpoints = false;
+  int64_t aws_expiration_seconds = 86400;
+  std::string azure_audience = "api://AzureADTokenExchange";
+  std::string azure_tenant_id;  // when the ServiceAccount names none
+  std::string azure_authority_host = "https://login.microsoftonline.com/";
+  int64_t azure_expiration_seconds = 3600;
+  std::string gcp_token_url = "https://sts.googleapis.com/v1/token";
+  int64_t gcp_expiration_seconds = 3600;
+  std::string generic_audience = "wisp";
+  int64_t generic_expiration_seconds = 3600;
 };
 
 // KubeVirt feature gates the VMI rules follow (KubeVirt's own CR is out of wisp's reach, so the
@@ -70,6 +96,7 @@ struct Policy {
   TokenVolumeFor token_volume_for = TokenVolumeFor::kHostNetwork;
   std::string token_audience = "wisp";  // wisp-sa-token audience without identityProvider
   int64_t token_expiration_seconds = 3600;
+  IdentityPresets presets;
 };
 
 absl::StatusOr<Policy> ParsePolicyYaml(std::string_view yaml);

@@ -42,6 +42,7 @@ inline constexpr std::string_view kRuleVirtLauncher = "virt_launcher";
 inline constexpr std::string_view kRuleDataVolumes = "data_volumes";
 inline constexpr std::string_view kRulePvcSources = "pvc_sources";
 inline constexpr std::string_view kRulePodTokenAudiences = "pod_token_audiences";
+inline constexpr std::string_view kRuleIdentityPresets = "identity_presets";
 // Outcomes (label `outcome`).
 inline constexpr std::string_view kOutcomeAllowed = "allowed";  // looked, nothing to change
 inline constexpr std::string_view kOutcomeMutated = "mutated";  // allowed with a patch
@@ -95,6 +96,20 @@ inline constexpr std::string_view kPopulatedForAnnotation = "cdi.kubevirt.io/sto
 // PVC it populates, in its own namespace: its record is that PVC's source, so the volume that
 // external-provisioner creates for the prime is filled from it.
 inline constexpr std::string_view kPrimeForAnnotation = "wisp.dev/prime-for";
+
+// Rule g (identity presets and several tokens per pod), read on the pod and then on its
+// ServiceAccount (AdmissionCall.service_account_annotations): wisp.dev/identity-preset names the
+// preset (aws | azure | gcp | generic); wisp.dev/tokens is a JSON list of further tokens. On the
+// pod only: wisp.dev/containers (the preset's allow-list) and wisp.dev/skip-containers.
+inline constexpr std::string_view kPresetAnnotation = "wisp.dev/identity-preset";
+inline constexpr std::string_view kTokensAnnotation = "wisp.dev/tokens";
+inline constexpr std::string_view kContainersAnnotation = "wisp.dev/containers";
+inline constexpr std::string_view kSkipContainersAnnotation = "wisp.dev/skip-containers";
+inline constexpr std::string_view kAudienceAnnotation = "wisp.dev/audience";
+inline constexpr std::string_view kTokenExpirationAnnotation = "wisp.dev/token-expiration";
+inline constexpr std::string_view kGcpProviderAnnotation =
+    "wisp.dev/gcp-workload-identity-provider";
+inline constexpr std::string_view kGcpServiceAccountAnnotation = "wisp.dev/gcp-service-account";
 
 struct KvWrite {
   std::string bucket;
@@ -185,6 +200,13 @@ Verdict EvaluateDataVolume(const AdmissionInput& in, const Policy& policy,
 Verdict EvaluatePvc(const AdmissionInput& in, const Policy& policy, const RecordLookup& lookup);
 Verdict EvaluateVolumeImportSource(const AdmissionInput& in, const Policy& policy);
 Verdict EvaluateCdiVolumeImportSource(const AdmissionInput& in, const Policy& policy);
+// g. SDK wiring presets and wisp.dev/tokens (mutating, pods on CREATE): each token an inline
+// csi.wisp.dev volume (owner and mode for the containers' user, the gcp credential file written
+// next to the token by the CSI node), mounted read-only into the chosen containers with the
+// variables their SDK reads. Refuses bad input naming the annotation; no object is created.
+Verdict EvaluateIdentityPresets(const AdmissionInput& in, const Policy& policy);
+// Whether rule g must read the pod as the token-sidecar rule's patch left it.
+bool IdentityPresetsNeedObject(const AdmissionInput& in, const Policy& policy);
 // f. Any pod's projected serviceAccountToken audiences and lifetimes (validating).
 Verdict EvaluatePodTokenAudiences(const AdmissionInput& in, const Policy& policy);
 
