@@ -1321,6 +1321,26 @@ TEST(ServiceAccountIdentity, PodCreatedRightAfterItsServiceAccountCarriesItsAnno
             << std::endl;
   EXPECT_EQ(found, kPods);
   EXPECT_EQ(GatewayMetric(lookups, {"result=\"error\""}), 0);
+  // What the annotations chose: IRSA's role on the ServiceAccount alone gives each pod, as the
+  // apiserver stored it, the aws preset (issue 25 item 1: a workload written for IRSA, unchanged).
+  for (int i = 0; i < kPods; ++i) {
+    const std::string name = "app-" + std::to_string(i);
+    auto got = g_kube->MustKubectl({"-n", "sa-ids", "get", "pod", name, "-o", "json"});
+    ASSERT_TRUE(got.ok()) << got.status();
+    const Json pod = Json::parse(*got);
+    const Json* app = FindByName(pod["spec"]["containers"], "app");
+    ASSERT_NE(app, nullptr) << pod.dump(2);
+    const Json env = app->value("env", Json::array());
+    const Json* arn = FindByName(env, "AWS_ROLE_ARN");
+    ASSERT_NE(arn, nullptr) << app->dump(2);
+    EXPECT_EQ((*arn)["value"], "arn:aws:iam::111122223333:role/" + name);
+    const Json* file = FindByName(env, "AWS_WEB_IDENTITY_TOKEN_FILE");
+    ASSERT_NE(file, nullptr) << app->dump(2);
+    EXPECT_EQ((*file)["value"], "/var/run/secrets/eks.amazonaws.com/serviceaccount/token");
+    const Json* vol = FindByName(pod["spec"]["volumes"], "aws-iam-token");
+    ASSERT_NE(vol, nullptr) << pod["spec"]["volumes"].dump(2);
+    EXPECT_EQ((*vol)["csi"]["volumeAttributes"]["audience"], "sts.amazonaws.com");
+  }
 
   if (g_kube->audit_log_file().empty()) {
     std::cout << "sa-ids: a given cluster's audit log is not readable here; the gateway's "
