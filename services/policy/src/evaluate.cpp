@@ -110,6 +110,20 @@ Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLook
   Verdict total;
   const KindRules* kind = FindKind(in.call.kind().group(), in.call.kind().kind());
   if (kind == nullptr) return total;
+  // Which annotations of the pod's ServiceAccount the gateway read from the apiserver (its keys:
+  // the values are the ServiceAccount's to show), so the audit log says what a choice made per
+  // ServiceAccount was made from, whether the pod was admitted, denied or not answered.
+  std::string sa_keys;
+  if (in.call.service_account_found()) {
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : in.call.service_account_annotations()) keys.push_back(k);
+    std::sort(keys.begin(), keys.end());
+    for (const auto& k : keys) sa_keys += (sa_keys.empty() ? "" : ",") + k;
+    if (sa_keys.empty()) sa_keys = "(none)";
+  }
+  auto finish = [&sa_keys](Verdict& v) {
+    if (!sa_keys.empty()) v.audit_annotations["serviceaccount-annotations"] = sa_keys;
+  };
   std::string pending;  // patches not yet applied to in.object
   std::optional<k8s::Json> last_mutated;
   for (const Rule& rule : kind->mutate) {
@@ -130,6 +144,7 @@ Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLook
             absl::InternalError(std::string(rule.reads) + ": " + std::string(st.message()));
         total.patch.clear();
         total.mutated.reset();
+        finish(total);
         return total;  // an error answers without a patch
       }
     }
@@ -139,6 +154,7 @@ Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLook
     if (!Merge(total, std::move(part))) {  // no patch with a denial or an error
       total.patch.clear();
       total.mutated.reset();
+      finish(total);
       return total;
     }
     if (patch.empty()) continue;
@@ -152,17 +168,7 @@ Verdict EvaluateMutate(AdmissionInput in, const Policy& policy, const RecordLook
     last_mutated = std::move(mutated);
   }
   if (last_mutated) total.mutated = std::move(*last_mutated);
-  // Which annotations of the pod's ServiceAccount the gateway read from the apiserver (its keys:
-  // the values are the ServiceAccount's to show), so the audit log says what a choice made per
-  // ServiceAccount was made from.
-  if (in.call.service_account_found()) {
-    std::vector<std::string> keys;
-    for (const auto& [k, v] : in.call.service_account_annotations()) keys.push_back(k);
-    std::sort(keys.begin(), keys.end());
-    std::string joined;
-    for (const auto& k : keys) joined += (joined.empty() ? "" : ",") + k;
-    total.audit_annotations["serviceaccount-annotations"] = joined.empty() ? "(none)" : joined;
-  }
+  finish(total);
   return total;
 }
 

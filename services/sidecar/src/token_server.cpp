@@ -92,8 +92,20 @@ absl::StatusOr<CachedToken> TokenServer::Get(Caller caller) {
   while (true) {
     const auto now = clock_.Now();
     if (cached_ && now < refresh_at_) return *cached_;
-    // Backing off with nothing valid to serve: the last error, at once, without asking the STS.
-    if (!last_error_.ok() && now < retry_at_ && in_flight_ == 0) return last_error_;
+    // Backing off with nothing valid to serve: the last error, at once, without asking the STS;
+    // unless kubelet has since written a new subject token (a refusal of the old one says nothing
+    // of the new one: the backoff is for the STS, not for a token that changed).
+    // A Retry-After from the STS is kept all the same.
+    if (!last_error_.ok() && now < retry_at_ && in_flight_ == 0) {
+      if (RetryAfterOf(last_error_).has_value()) return last_error_;
+      const int loads_before = file_.loads();
+      const bool read = file_.Read().ok();
+      if (metrics_ && file_.loads() != loads_before) {
+        metrics_->token_file_reloads_total.Increment();
+      }
+      if (!read || file_.loads() == failed_loads_) return last_error_;
+      retry_at_ = {};
+    }
     if (in_flight_ == 0 || !options_.single_flight) break;
     // Someone is exchanging: wait for that attempt, then use its outcome.
     const uint64_t gen = generation_;
@@ -142,6 +154,7 @@ absl::StatusOr<CachedToken> TokenServer::Get(Caller caller) {
     result = t;
   } else {
     last_error_ = fresh.status();
+    failed_loads_ = file_.loads();
     ++failures_;
     const double draw1 = Draw(), draw2 = Draw();
     const auto delay = RetryDelay(failures_, RetryAfterOf(fresh.status()), options_, draw1, draw2);

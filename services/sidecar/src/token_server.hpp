@@ -16,7 +16,8 @@
 //     (1 s, 2 s, 4 s ... 30 s, each drawn from its upper half, and never before the STS's
 //     Retry-After, at most kMaxRetryAfter). Meanwhile a still-valid cached token is served (as
 //     kubelet's token manager does) and a caller without one gets the last error at once: a down
-//     or overloaded STS is not asked once per request. A success resets the backoff.
+//     or overloaded STS is not asked once per request. A new subject token (kubelet replaced
+//     the file) ends the wait, unless the STS said Retry-After. A success resets the backoff.
 //   - With refresh_jitter_percent 0 and single_flight false (wisp-sidecar --refresh-jitter-percent
 //     0 --no-single-flight: bench/token's baseline) the refresh point is exactly
 //     refresh_fraction, delays are not spread, and every caller that finds no fresh token
@@ -101,6 +102,7 @@ class TokenServer {
   std::chrono::system_clock::time_point refresh_at_;
   std::chrono::system_clock::time_point retry_at_{};  // no refresh attempt before this
   absl::Status last_error_ = absl::OkStatus();
+  int failed_loads_ = -1;  // file_.loads() when the last attempt failed: a new token ends the wait
   uint64_t generation_ = 0;  // bumps after every finished exchange attempt
   int exchanges_ = 0;
 };

@@ -232,6 +232,28 @@ TEST_F(TokenServerTest, FailuresBackOffExponentiallyAndSuccessResets) {
   EXPECT_EQ(server_.NextAttempt(), clock_.Now() + std::chrono::seconds(1));
 }
 
+// Tests that a new subject token (kubelet replaced the file) ends the backoff of a refusal of
+// the old one at once, and that a Retry-After is kept even then.
+TEST_F(TokenServerTest, NewSubjectTokenEndsTheBackoff) {
+  sts_.fail = absl::InvalidArgumentError("invalid_target: audience is not allowed");
+  EXPECT_FALSE(server_.Get().ok());
+  EXPECT_FALSE(server_.Get().ok());
+  EXPECT_EQ(sts_.calls, 1) << "asked the STS again for the same token during the backoff";
+  std::ofstream(path_) << "the-pods-real-token\n";
+  sts_.fail = absl::OkStatus();
+  ASSERT_TRUE(server_.Get().ok());
+  EXPECT_EQ(sts_.calls, 2);
+  EXPECT_EQ(sts_.last_subject, "the-pods-real-token");
+
+  clock_.Advance(std::chrono::seconds(1000));  // expired; now the STS asks to wait
+  sts_.fail = WithRetryAfter(absl::ResourceExhaustedError("STS answered HTTP 429"),
+                             std::chrono::seconds(7));
+  EXPECT_FALSE(server_.Get().ok());
+  std::ofstream(path_) << "yet-another-token\n";
+  EXPECT_FALSE(server_.Get().ok());
+  EXPECT_EQ(sts_.calls, 3) << "a new token does not override the STS's Retry-After";
+}
+
 // Tests that a Retry-After from the STS (429 or 503) holds the next attempt back at least that
 // long, spread above it by up to half the backoff, and that a huge one is capped.
 TEST_F(TokenServerTest, HonoursRetryAfter) {

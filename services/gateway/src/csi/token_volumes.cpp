@@ -4,6 +4,8 @@
 #include <optional>
 #include <random>
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include "csi/strip_secrets.hpp"
 #include "csi/target_dir.hpp"
 #include "wisp/fsutil/atomic_writer.hpp"
@@ -143,11 +145,30 @@ absl::Status TokenVolumes::Publish(const ::csi::v1::NodePublishVolumeRequest& re
         proofs_[id] = proof;  // the kubelet's fresh token, for this and the next rotations
       }
       if (kubelet_token) {
-        WISP_RETURN_IF_ERROR(WriteToken(*existing, kubelet_token->token));
+        // The file as this request asks for it (mode, owner, files beside it), as a first
+        // publish would write it.
         v1::TokenProjection updated = *existing;
-        updated.set_issued_unix(clock_.NowUnixSeconds());
+        updated.set_file_mode(spec.file_mode);
+        if (spec.file_uid) {
+          updated.set_file_uid(*spec.file_uid);
+        } else {
+          updated.clear_file_uid();
+        }
+        if (spec.file_gid) {
+          updated.set_file_gid(*spec.file_gid);
+        } else {
+          updated.clear_file_gid();
+        }
+        updated.clear_extra_files();
+        for (const auto& [name, content] : spec.extra_files)
+          (*updated.mutable_extra_files())[name] = content;
+        WISP_RETURN_IF_ERROR(WriteToken(updated, kubelet_token->token));
         updated.set_expires_unix(kubelet_token->expires_unix);
-        if (updated.expires_unix() != existing->expires_unix()) {
+        // Stored when the expiry or the file's shape changed, not for every republish.
+        const bool changed =
+            !google::protobuf::util::MessageDifferencer::Equals(updated, *existing);
+        updated.set_issued_unix(clock_.NowUnixSeconds());
+        if (changed) {
           WISP_RETURN_IF_ERROR(store_.Put(updated));
           std::lock_guard lock(mu_);
           tokens_[id] = updated;

@@ -302,6 +302,17 @@ TEST_F(NodeServiceTest, KubeletTokenModeRefreshesOnRepublish) {
   EXPECT_EQ(mounter_.mount_calls(), 1);
   EXPECT_EQ(token_service_.issued(), 0);
   EXPECT_EQ(store_->Get("csi-k")->token_source(), "kubelet");
+
+  // A republish writes the file as it asks for it: another mode is applied and recorded.
+  (*req.mutable_volume_context())["fileMode"] = "0600";
+  (*req.mutable_volume_context())[kServiceAccountTokensKey] =
+      R"({"vault":{"token":"kubelet-3","expirationTimestamp":"2027-01-15T08:10:00Z"}})";
+  ASSERT_TRUE(node_->Publish(req).ok());
+  EXPECT_EQ(ReadFile(target + "/token"), "kubelet-3");
+  struct stat st {};
+  ASSERT_EQ(::stat((target + "/token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(store_->Get("csi-k")->file_mode(), 0600u);
 }
 
 // Tests that a restarted node service picks the record up and carries on rotating.
