@@ -1319,7 +1319,10 @@ TEST(ServiceAccountIdentity, PodCreatedRightAfterItsServiceAccountCarriesItsAnno
             << " pods' ServiceAccounts found by the gateway, " << by_get
             << " of them by a live GET (the watch had not delivered the ServiceAccount yet)"
             << std::endl;
-  EXPECT_EQ(found, kPods);
+  // At least one lookup per pod: a pod the aws preset mutated is sent to wisp once more
+  // (reinvocationPolicy IfNeeded), which reads the same ServiceAccount again from the cache.
+  EXPECT_GE(found, kPods);
+  EXPECT_LE(found, 2 * kPods);
   EXPECT_EQ(GatewayMetric(lookups, {"result=\"error\""}), 0);
   // What the annotations chose: IRSA's role on the ServiceAccount alone gives each pod, as the
   // apiserver stored it, the aws preset (issue 25 item 1: a workload written for IRSA, unchanged).
