@@ -420,6 +420,17 @@ absl::StatusOr<ArmResult> RunArm(const Settings& s, const std::string& arm) {
   return r;
 }
 
+// What `uptime` prints: the load the figures were measured under.
+std::string Uptime() {
+  std::string out;
+  if (FILE* p = popen("uptime", "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  return out;
+}
+
 constexpr const char* kUsage =
     "usage: sidecar_storm_bench [--sidecars N] [--requests N] [--poll-seconds N] [--lifetime S]\n"
     "                           [--window S] [--arms baseline,protected]\n"
@@ -478,17 +489,7 @@ int main(int argc, char** argv) {
            2;
   }
   ::signal(SIGPIPE, SIG_IGN);
-  std::printf("load before the run:%s",
-              [] {
-                std::string out;
-                if (FILE* p = popen("uptime", "r")) {
-                  char buf[256];
-                  while (fgets(buf, sizeof buf, p)) out += buf;
-                  pclose(p);
-                }
-                return out;
-              }()
-                  .c_str());
+  std::printf("load before the run:%s", Uptime().c_str());
   std::printf(
       "%d wisp-sidecar processes per arm, %d app clients each (every %d s), access "
       "tokens of %d s, %u cores\n",
@@ -532,16 +533,6 @@ int main(int argc, char** argv) {
         ratio(p.peak_start, b.peak_start), ratio(p.exchanges_mean, b.exchanges_mean),
         ratio(p.ttft_p99, b.ttft_p99));
   }
-  std::printf("load after the run:%s",
-              [] {
-                std::string out;
-                if (FILE* p = popen("uptime", "r")) {
-                  char buf[256];
-                  while (fgets(buf, sizeof buf, p)) out += buf;
-                  pclose(p);
-                }
-                return out;
-              }()
-                  .c_str());
+  std::printf("load after the run:%s", Uptime().c_str());
   return 0;
 }
