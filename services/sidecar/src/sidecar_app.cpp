@@ -14,7 +14,8 @@ void AddSidecarFlags(config::Flags& flags, SidecarSettings& s) {
       "cached until a random point between 70% and 80% of its lifetime (see "
       "--refresh-jitter-percent). Concurrent requests share one exchange; failed exchanges back "
       "off (1 s doubling to 30 s, spread, never before the STS's Retry-After) while a "
-      "still-valid token keeps being served.");
+      "still-valid token keeps being served; a new token from kubelet in --token-file ends the "
+      "wait, unless the STS said Retry-After.");
   flags.String("socket", &s.socket,
                "Unix socket to listen on (a stale socket is removed; mode 0666: the app "
                "containers of the pod run as other users, and only they mount its directory).");
