@@ -98,7 +98,12 @@ std::optional<bool> ParseStrictBool(std::string_view value) {
 
 std::vector<std::string> ValidateDns1123Subdomain(std::string_view value) {
   std::vector<std::string> errs;
-  if (value.size() > 253) errs.push_back("must be no more than 253 characters");
+  if (value.size() > 253) {
+    // Not past the regex: std::regex_match recurses per character and a long enough value
+    // (the apiserver runs webhooks before it validates names) would overflow the stack.
+    errs.push_back("must be no more than 253 characters");
+    return errs;
+  }
   static const std::regex kRe("^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$");
   if (!std::regex_match(value.begin(), value.end(), kRe)) {
     errs.push_back(

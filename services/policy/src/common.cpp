@@ -150,6 +150,12 @@ std::string ToLower(std::string s) {
 
 // The reason distribution/reference gives, "" when valid.
 std::string ReferenceError(const std::string& s) {
+  // Before any regex (std::regex_match recurses per character): distribution's own limits are
+  // 255 characters of repository name and 128 of tag, plus a domain and a digest.
+  if (s.size() > 1024) {
+    return "invalid reference format: " + std::to_string(s.size()) +
+           " characters, more than an image reference can hold (1024)";
+  }
   static const std::regex kHex64("^[a-f0-9]{64}$");
   if (std::regex_match(s, kHex64)) {
     return "invalid repository name (" + s + "), cannot specify 64-byte hexadecimal strings";

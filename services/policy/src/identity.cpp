@@ -71,6 +71,19 @@ const std::regex& EnvNameRegex() {
   return r;
 }
 
+// std::regex_match recurses once per character (libstdc++): a 200 KiB annotation, which the
+// apiserver allows (256 KiB for all of them), overflows the stack. Every value is held to its
+// format's own length before a regex sees it; `why` then says which limit it broke.
+bool Matches(const std::string& value, const std::regex& re, size_t max_length, std::string* why) {
+  if (value.size() > max_length) {
+    *why = " (at most " + std::to_string(max_length) + " characters, got " +
+           std::to_string(value.size()) + ")";
+    return false;
+  }
+  why->clear();
+  return std::regex_match(value, re);
+}
+
 // An annotation's value and the field a message names.
 struct Found {
   std::string value;
@@ -112,8 +125,16 @@ class Settings {
   std::string sa_name_;
 };
 
+// A value as a message quotes it: at most 256 characters of it.
+std::string Shorten(const std::string& value) {
+  if (value.size() <= 256) return value;
+  size_t cut = 256;  // not inside a UTF-8 sequence: the message must stay valid UTF-8
+  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;
+  return value.substr(0, cut) + "...";
+}
+
 std::string Invalid(const Found& f, const std::string& why) {
-  return f.field + ": Invalid value: " + k8s::Quote(f.value) + ": " + why;
+  return f.field + ": Invalid value: " + k8s::Quote(Shorten(f.value)) + ": " + why;
 }
 
 // One token: a csi.wisp.dev volume, where the chosen containers mount it, and the environment.
@@ -302,9 +323,10 @@ class Planner {
         ok = ok && causes_.size() == before;
       }
       if (!env.empty()) {
-        if (!std::regex_match(env, EnvNameRegex())) {
-          causes_.push_back(fld + ".env: Invalid value: " + k8s::Quote(env) +
-                            ": must be a valid environment variable name");
+        std::string why;
+        if (!Matches(env, EnvNameRegex(), 256, &why)) {
+          causes_.push_back(fld + ".env: Invalid value: " + k8s::Quote(Shorten(env)) +
+                            ": must be a valid environment variable name" + why);
           ok = false;
         }
       }
@@ -449,9 +471,10 @@ class Planner {
                         settings_.service_account());
       return;
     }
-    if (!std::regex_match(arn->value, RoleArnRegex())) {
+    if (std::string why; !Matches(arn->value, RoleArnRegex(), 2048, &why)) {
       causes_.push_back(Invalid(
-          *arn, "must be an IAM role ARN, arn:<partition>:iam::<12-digit account>:role/<name>"));
+          *arn,
+          "must be an IAM role ARN, arn:<partition>:iam::<12-digit account>:role/<name>" + why));
     }
     plan.audience = p.aws_audience;
     if (auto a = settings_.Get(kAwsAudience)) {
@@ -493,8 +516,8 @@ class Planner {
     CheckAudience(plan.audience, plan.field + " audience");
     std::string client_id;
     if (auto c = settings_.Get(kAzureClientId)) {
-      if (!std::regex_match(c->value, GuidRegex())) {
-        causes_.push_back(Invalid(*c, "must be an application (client) ID, a GUID"));
+      if (std::string why; !Matches(c->value, GuidRegex(), 36, &why)) {
+        causes_.push_back(Invalid(*c, "must be an application (client) ID, a GUID" + why));
       }
       client_id = c->value;
     } else {
@@ -503,8 +526,8 @@ class Planner {
     }
     std::string tenant_id = p.azure_tenant_id;
     if (auto t = settings_.Get(kAzureTenantId)) {
-      if (!std::regex_match(t->value, GuidRegex())) {
-        causes_.push_back(Invalid(*t, "must be a tenant ID, a GUID"));
+      if (std::string why; !Matches(t->value, GuidRegex(), 36, &why)) {
+        causes_.push_back(Invalid(*t, "must be a tenant ID, a GUID" + why));
       }
       tenant_id = t->value;
     }
@@ -544,11 +567,12 @@ class Planner {
                         ns_ + "/" + settings_.service_account());
       return;
     }
-    if (!std::regex_match(provider->value, GcpProviderRegex())) {
+    if (std::string why; !Matches(provider->value, GcpProviderRegex(), 1024, &why)) {
       causes_.push_back(
           Invalid(*provider,
                   "must be a workload identity provider, //iam.googleapis.com/projects/<number>/"
-                  "locations/global/workloadIdentityPools/<pool>/providers/<provider>"));
+                  "locations/global/workloadIdentityPools/<pool>/providers/<provider>" +
+                      why));
     }
     // A provider's default allowed audience is its resource name as an https URL.
     plan.audience = "https:" + provider->value;
@@ -560,10 +584,11 @@ class Planner {
     std::string impersonation;
     if (auto sa = settings_.Get(kGcpServiceAccountAnnotation)) {
       static const std::regex kEmail(R"(^[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com$)");
-      if (!std::regex_match(sa->value, kEmail)) {
+      if (std::string why; !Matches(sa->value, kEmail, 254, &why)) {
         causes_.push_back(Invalid(*sa,
                                   "must be a service account email, "
-                                  "<name>@<project>.iam.gserviceaccount.com"));
+                                  "<name>@<project>.iam.gserviceaccount.com" +
+                                      why));
       }
       impersonation = "https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/" +
                       sa->value + ":generateAccessToken";

@@ -162,6 +162,12 @@ TEST(IdentityPresetsTest, RefusesBadInputNamingTheAnnotation) {
                                  {"eks.amazonaws.com/token-expiration", "300"}}))),
               HasSubstr("metadata.annotations[eks.amazonaws.com/token-expiration]: Invalid "
                         "value: 300: may not specify a duration less than 10 minutes"));
+  // A 200 KiB value (the apiserver allows 256 KiB of annotations) is refused by its length, not
+  // by std::regex (which recurses per character and overflowed the stack), and quoted short.
+  const std::string huge = std::string(kArn) + std::string(200 << 10, 'a');
+  const std::string denied = Denied(In(PodJson({{"eks.amazonaws.com/role-arn", huge}})));
+  EXPECT_THAT(denied, HasSubstr("(at most 2048 characters, got " + std::to_string(huge.size())));
+  EXPECT_LT(denied.size(), 1024u);
 }
 
 // Tests the azure preset: the pod label opts in, the ServiceAccount gives client and tenant,
