@@ -485,6 +485,18 @@ std::string Phase(const Json& object) {
   return object.is_object() ? object.value("/status/phase"_json_pointer, "") : "";
 }
 
+// The messages of external-provisioner's ProvisioningFailed events on prime PVC `prime` in vms,
+// one a line (a JSON string, for WaitUntil).
+Json ProvisioningFailures(const std::string& prime) {
+  Json events = GetJson({"-n", "vms", "events", "--field-selector",
+                         "involvedObject.name=" + prime + ",reason=ProvisioningFailed"});
+  std::string messages;
+  for (const auto& e : events.value("items", Json::array())) {
+    messages += e.value("message", "") + "\n";
+  }
+  return Json(messages);
+}
+
 // Polls `get` until `done` holds or `timeout` passes; the phases of DataVolume `dv` seen meanwhile
 // go to `phases` (in order, without repeats).
 Json WaitUntil(const std::function<Json()>& get, const std::function<bool(const Json&)>& done,
@@ -968,15 +980,7 @@ TEST(Story3Population, CertConfigMapCaIsTrustedAndExtraHeadersAreSent) {
   // No ConfigMap yet: the prime's CreateVolume fails naming it, and nothing is fetched.
   Json pvc = GetJson({"-n", "vms", "pvc", "mirror"});
   const std::string prime = "wisp-prime-" + pvc["metadata"].value("uid", "");
-  auto failures = [&] {
-    Json events = GetJson({"-n", "vms", "events", "--field-selector",
-                           "involvedObject.name=" + prime + ",reason=ProvisioningFailed"});
-    std::string messages;
-    for (const auto& e : events.value("items", Json::array())) {
-      messages += e.value("message", "") + "\n";
-    }
-    return Json(messages);
-  };
+  auto failures = [&] { return ProvisioningFailures(prime); };
   Json waiting = WaitUntil(
       failures,
       [](const Json& m) {
@@ -1121,15 +1125,7 @@ TEST(Story3Population, CdiVolumeImportSourceManifestWorksUnchanged) {
   ChooseNodeForClaim("cdi-bad-disk");
   Json bad = GetJson({"-n", "vms", "pvc", "cdi-bad-disk"});
   const std::string bad_prime = "wisp-prime-" + bad["metadata"].value("uid", "");
-  auto failures = [&] {
-    Json events = GetJson({"-n", "vms", "events", "--field-selector",
-                           "involvedObject.name=" + bad_prime + ",reason=ProvisioningFailed"});
-    std::string messages;
-    for (const auto& e : events.value("items", Json::array())) {
-      messages += e.value("message", "") + "\n";
-    }
-    return Json(messages);
-  };
+  auto failures = [&] { return ProvisioningFailures(bad_prime); };
   Json failed = WaitUntil(
       failures,
       [](const Json& m) {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "wisp/policy/rules.hpp"
 #include "test_util.hpp"
 #include "wisp/bus/subjects.hpp"
@@ -667,6 +669,23 @@ TEST(PvcSourcesTest, NamesCdiVolumeImportSource) {
 // Tests that the http source fields wisp does not apply (credentials from Secrets, skipping TLS
 // verification) are refused, naming the field, by all three kinds that carry CDI's http source:
 // none of them is accepted and then ignored by the import.
+// The verdicts of the three kinds that carry CDI's http source (a DataVolume, wisp's and CDI's
+// VolumeImportSource), each with `edit` applied to its spec.source.http.
+std::vector<Verdict> VerdictsWithHttp(const std::function<void(Json&)>& edit) {
+  Json dv = GoldenDv();
+  edit(dv["spec"]["source"]["http"]);
+  Json vis = GoldenVis();
+  edit(vis["spec"]["source"]["http"]);
+  Json cdi = CdiVis();
+  edit(cdi["spec"]["source"]["http"]);
+  std::vector<Verdict> out;
+  out.push_back(EvaluateDataVolume(Dv(dv), Policy{}));
+  out.push_back(EvaluateVolumeImportSource(
+      Input("wisp.dev", "VolumeImportSource", "CREATE", vis.dump(), "vms"), Policy{}));
+  out.push_back(EvaluateCdiVolumeImportSource(CdiVisInput(cdi), Policy{}));
+  return out;
+}
+
 TEST(HttpSourceFieldsTest, UnappliedFieldsAreRefusedByEveryKind) {
   const std::string secret_ref =
       "spec.source.http.secretRef: Unsupported value: \"mirror-auth\": wisp-populator does not "
@@ -687,19 +706,7 @@ TEST(HttpSourceFieldsTest, UnappliedFieldsAreRefusedByEveryKind) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.field);
-    Json dv = GoldenDv();
-    dv["spec"]["source"]["http"][c.field] = c.value;
-    Json vis = GoldenVis();
-    vis["spec"]["source"]["http"][c.field] = c.value;
-    Json cdi = CdiVis();
-    cdi["spec"]["source"]["http"][c.field] = c.value;
-    const Verdict verdicts[] = {
-        EvaluateDataVolume(Dv(dv), Policy{}),
-        EvaluateVolumeImportSource(
-            Input("wisp.dev", "VolumeImportSource", "CREATE", vis.dump(), "vms"), Policy{}),
-        EvaluateCdiVolumeImportSource(CdiVisInput(cdi), Policy{}),
-    };
-    for (const Verdict& v : verdicts) {
+    for (const Verdict& v : VerdictsWithHttp([&](Json& http) { http[c.field] = c.value; })) {
       EXPECT_FALSE(v.allowed);
       EXPECT_EQ(v.code, 422);
       EXPECT_EQ(v.message.rfind(c.message_start, 0), 0u) << v.message;
@@ -722,22 +729,10 @@ TEST(HttpSourceFieldsTest, UnappliedFieldsAreRefusedByEveryKind) {
 // Tests that certConfigMap and extraHeaders, which the import applies, are recorded by every kind
 // that carries CDI's http source; a bad header is refused naming its index.
 TEST(HttpSourceFieldsTest, CertConfigMapAndExtraHeadersAreRecorded) {
-  auto edit = [](Json& http) {
+  const auto verdicts = VerdictsWithHttp([](Json& http) {
     http["certConfigMap"] = "mirror-ca";
     http["extraHeaders"] = Json::array({"X-Tenant: vms", "Accept:application/octet-stream"});
-  };
-  Json dv = GoldenDv();
-  edit(dv["spec"]["source"]["http"]);
-  Json vis = GoldenVis();
-  edit(vis["spec"]["source"]["http"]);
-  Json cdi = CdiVis();
-  edit(cdi["spec"]["source"]["http"]);
-  const Verdict verdicts[] = {
-      EvaluateDataVolume(Dv(dv), Policy{}),
-      EvaluateVolumeImportSource(
-          Input("wisp.dev", "VolumeImportSource", "CREATE", vis.dump(), "vms"), Policy{}),
-      EvaluateCdiVolumeImportSource(CdiVisInput(cdi), Policy{}),
-  };
+  });
   for (const Verdict& v : verdicts) {
     ASSERT_TRUE(v.allowed) << v.message;
     v1::PopulationRecord r;
