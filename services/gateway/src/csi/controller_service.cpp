@@ -1,6 +1,7 @@
 #include "csi/controller_service.hpp"
 
 #include <algorithm>
+#include <string>
 #include <thread>
 
 #include "csi/grpc_call.hpp"
@@ -61,9 +62,11 @@ absl::Status CheckVolumeCapabilities(
 }
 
 ControllerService::ControllerService(ControllerOptions options, bus::Requester& requester,
-                                     const Clock& clock, CsiMetrics& metrics)
+                                     const Clock& clock, CsiMetrics& metrics,
+                                     bus::Subscriber* events)
     : options_(std::move(options)),
       requester_(requester),
+      events_(events),
       clock_(clock),
       metrics_(metrics),
       logger_(log::Get("csi-controller")) {}
@@ -104,34 +107,113 @@ absl::StatusOr<std::string> ControllerService::ChooseNode(
   return out;
 }
 
+ControllerService::~ControllerService() {
+  // Unsubscribed before the waiters go: the handler reads them. Not under waiters_mu_, which the
+  // handler takes.
+  bus::SubscriptionPtr sub;
+  {
+    std::lock_guard lock(waiters_mu_);
+    sub = std::move(events_sub_);
+  }
+  sub.reset();
+}
+
+std::shared_ptr<ControllerService::Waiter> ControllerService::Register(
+    const std::string& volume_id) {
+  if (events_ == nullptr) return nullptr;
+  std::lock_guard lock(waiters_mu_);
+  if (!events_sub_) {
+    auto sub = events_->Subscribe(std::string(bus::subjects::kVolumeEventsPrefix) + ".*", "",
+                                  [this](const bus::Message& m) { OnVolumeEvent(m); });
+    if (!sub.ok()) {
+      // Polling alone still answers, later; the next wait tries to subscribe again.
+      logger_->warn("subscribing to volume events: {}; CreateVolume polls alone",
+                    sub.status().ToString());
+      return nullptr;
+    }
+    events_sub_ = std::move(*sub);
+  }
+  auto& waiter = waiters_[volume_id];
+  if (!waiter) waiter = std::make_shared<Waiter>();
+  ++waiter->users;
+  return waiter;
+}
+
+void ControllerService::Unregister(const std::string& volume_id) {
+  std::lock_guard lock(waiters_mu_);
+  auto it = waiters_.find(volume_id);
+  if (it != waiters_.end() && --it->second->users == 0) waiters_.erase(it);
+}
+
+void ControllerService::OnVolumeEvent(const bus::Message& message) {
+  v1::VolumeEvent event;
+  if (!event.ParseFromString(message.data)) return;
+  if (event.phase() != v1::SUCCEEDED && event.phase() != v1::FAILED) return;
+  std::lock_guard lock(waiters_mu_);
+  auto it = waiters_.find(event.volume_id());
+  if (it == waiters_.end()) return;
+  ++it->second->done_events;
+  it->second->cv.notify_all();
+}
+
 absl::StatusOr<v1::VolumeStatus> ControllerService::WaitReady(
     v1::VolumeStatus volume, std::chrono::steady_clock::time_point deadline) {
   const auto started = std::chrono::steady_clock::now();
+  const std::string id = volume.volume_id();
+  std::shared_ptr<Waiter> waiter;
+  if (volume.phase() != v1::SUCCEEDED && volume.phase() != v1::FAILED) waiter = Register(id);
+  struct Unregistering {
+    ControllerService* self;
+    const std::string& id;
+    bool registered;
+    ~Unregistering() {
+      if (registered) self->Unregister(id);
+    }
+  } unregistering{this, id, waiter != nullptr};
+  auto read = [&]() -> absl::Status {
+    v1::GetVolumeRequest get;
+    get.set_volume_id(id);
+    WISP_ASSIGN_OR_RETURN(
+        auto got, bus::Call<v1::GetVolumeResponse>(requester_, bus::subjects::kVolumeGet, get,
+                                                   std::min(Left(deadline), options_.bus_timeout)));
+    volume = got.volume();
+    return absl::OkStatus();
+  };
+  // `volume` was read before the registration: an event in between was not seen. Read it again.
+  if (waiter) WISP_RETURN_IF_ERROR(read());
+  uint64_t seen = 0;
   for (;;) {
     if (volume.phase() == v1::SUCCEEDED) return volume;
     if (volume.phase() == v1::FAILED) {
       return absl::InternalError("volume " + volume.spec().name() +
                                  " failed to populate: " + volume.message());
     }
-    // Look again after a twentieth of the time waited so far (10 ms at first, poll_interval at
-    // most): a volume that is ready is answered at most 5% (or 10 ms) late, and a long import
-    // costs one volume.get per poll_interval.
-    const auto now = std::chrono::steady_clock::now();
-    const auto pause = std::clamp<std::chrono::milliseconds>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - started) / 20,
-        std::chrono::milliseconds(10), options_.poll_interval);
-    if (now + pause >= deadline) {
+    const auto not_ready = [&] {
       // The CO retries CreateVolume with the same name; the work carries on meanwhile.
       return absl::DeadlineExceededError("volume " + volume.spec().name() + " is not ready yet (" +
                                          volume.progress() + ")");
+    };
+    const auto now = std::chrono::steady_clock::now();
+    if (waiter) {
+      // Look again when the populator reports the volume done, and every poll_interval anyway
+      // (events are best effort), until the caller's deadline.
+      if (now >= deadline) return not_ready();
+      std::unique_lock lock(waiters_mu_);
+      const bool woken = waiter->cv.wait_until(lock, std::min(now + options_.poll_interval, deadline),
+                                               [&] { return waiter->done_events != seen; });
+      seen = waiter->done_events;
+      if (!woken && std::chrono::steady_clock::now() >= deadline) return not_ready();
+    } else {
+      // Look again after a twentieth of the time waited so far (10 ms at first, poll_interval at
+      // most): a volume that is ready is answered at most 5% (or 10 ms) late, and a long import
+      // costs one volume.get per poll_interval.
+      const auto pause = std::clamp<std::chrono::milliseconds>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - started) / 20,
+          std::chrono::milliseconds(10), options_.poll_interval);
+      if (now + pause >= deadline) return not_ready();
+      std::this_thread::sleep_for(pause);
     }
-    std::this_thread::sleep_for(pause);
-    v1::GetVolumeRequest get;
-    get.set_volume_id(volume.volume_id());
-    WISP_ASSIGN_OR_RETURN(
-        auto got, bus::Call<v1::GetVolumeResponse>(requester_, bus::subjects::kVolumeGet, get,
-                                                   std::min(Left(deadline), options_.bus_timeout)));
-    volume = got.volume();
+    WISP_RETURN_IF_ERROR(read());
   }
 }
 

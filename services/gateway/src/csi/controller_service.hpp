@@ -9,7 +9,10 @@
 //     requisite; segment topology.wisp.dev/node), or options.default_node when there are none; it
 //     is idempotent by name (an existing volume whose capacity does not fit the request is
 //     AlreadyExists) and answers only once the volume is ready (phase SUCCEEDED), within the
-//     caller's deadline.
+//     caller's deadline. With `events` (wisp-populator's wisp.v1.events.volume.<id>, one
+//     subscription for all waits) it answers as soon as the populator reports the volume done;
+//     it also reads the volume every poll_interval, as events are best effort. Without events it
+//     reads the volume at growing intervals (10 ms at first, at most poll_interval).
 //   - DeleteVolume of an unknown volume is OK. An invalid ListVolumes starting_token is Aborted.
 //   - A PVC's volume gets the CA bundle its recorded source names (certConfigMap) from
 //     options.read_source_ca, when set, in VolumeSpec.source_ca.
@@ -20,8 +23,12 @@
 //   ControllerService controller({.default_node = "node-a"}, bus, clock, metrics);
 //   builder.RegisterService(&controller);
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
@@ -39,7 +46,8 @@ struct ControllerOptions {
   int64_t default_capacity_bytes = int64_t{1} << 30;
   std::chrono::milliseconds bus_timeout{5000};
   std::chrono::milliseconds create_timeout{std::chrono::minutes(10)};  // cap on waiting for ready
-  std::chrono::milliseconds poll_interval{200};  // most between two looks at a waited-for volume
+  // The most between two reads of a waited-for volume (with events: between any two).
+  std::chrono::milliseconds poll_interval{200};
   // Set when the gateway reads the apiserver (--in-cluster / --kubeconfig): CreateVolume of a PVC
   // (external-provisioner's --extra-create-metadata) carries the CA bundle its source names, and
   // an error reading it (a ConfigMap not there yet: Unavailable) fails the call, to be retried.
@@ -53,8 +61,10 @@ absl::Status CheckVolumeCapabilities(
 
 class ControllerService final : public ::csi::v1::Controller::Service {
  public:
+  // `events`, when set, must outlive the service; without it, CreateVolume polls alone.
   ControllerService(ControllerOptions options, bus::Requester& requester, const Clock& clock,
-                    CsiMetrics& metrics);
+                    CsiMetrics& metrics, bus::Subscriber* events = nullptr);
+  ~ControllerService() override;
 
   // ---- Logic (budget: the time left before the caller's deadline) ----
   absl::StatusOr<::csi::v1::CreateVolumeResponse> Create(const ::csi::v1::CreateVolumeRequest& req,
@@ -91,8 +101,22 @@ class ControllerService final : public ::csi::v1::Controller::Service {
                                              std::chrono::steady_clock::time_point deadline);
   ::csi::v1::Volume ToCsi(const v1::VolumeStatus& volume) const;
 
+  // Waits of CreateVolume by volume id, woken when the populator reports the volume done.
+  struct Waiter {
+    int users = 0;
+    uint64_t done_events = 0;  // events with a terminal phase seen for the volume
+    std::condition_variable cv;
+  };
+  std::shared_ptr<Waiter> Register(const std::string& volume_id);
+  void Unregister(const std::string& volume_id);
+  void OnVolumeEvent(const bus::Message& message);
+
   ControllerOptions options_;
   bus::Requester& requester_;
+  bus::Subscriber* events_;
+  std::mutex waiters_mu_;
+  bus::SubscriptionPtr events_sub_;  // subscribed at the first wait; guarded by waiters_mu_
+  std::unordered_map<std::string, std::shared_ptr<Waiter>> waiters_;
   const Clock& clock_;
   CsiMetrics& metrics_;
   std::shared_ptr<spdlog::logger> logger_;

@@ -183,7 +183,7 @@ absl::Status CsiServer::Start() {
     controller_options.bus_timeout = s.options.bus_timeout;
     controller_options.read_source_ca = s.options.read_source_ca;
     s.controller =
-        std::make_unique<ControllerService>(controller_options, s.bus, s.clock, s.metrics);
+        std::make_unique<ControllerService>(controller_options, s.bus, s.clock, s.metrics, &s.bus);
   }
 
   WISP_RETURN_IF_ERROR(s.PrepareSocket());

@@ -1,6 +1,7 @@
 #include "csi/controller_service.hpp"
 
 #include <filesystem>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +9,9 @@
 #include "csi/csi_metrics.hpp"
 #include "csi/plugin.hpp"
 #include "csi/test/csi_test_fixtures.hpp"
+#include "wisp/bus/subjects.hpp"
 #include "wisp/v1/node.pb.h"
+#include "wisp/v1/volume.pb.h"
 
 namespace wisp::gateway::csi {
 namespace {
@@ -102,6 +105,43 @@ TEST_F(ControllerServiceTest, CarriesTheCaBundleOfThePvcsSource) {
   // No PVC named (a volume created without external-provisioner's metadata): nothing asked.
   ASSERT_TRUE(controller.Create(Create("plain", 1 << 20), kBudget).ok());
   EXPECT_EQ(asked.size(), 2u);
+}
+
+// Tests that CreateVolume answers when wisp-populator reports the volume done
+// (wisp.v1.events.volume.<id>), without waiting for its next read: here reads alone would never
+// see it ready (an hour between reads, and the fake answers IMPORT_IN_PROGRESS to every read).
+TEST_F(ControllerServiceTest, VolumeDoneEventAnswersTheWaitingCreate) {
+  ControllerOptions options;
+  options.default_node = "node-a";
+  options.poll_interval = std::chrono::hours(1);
+  ControllerService controller(options, bus_, clock_, metrics_, &bus_);
+  populator_.SetPendingGets(1'000'000);
+  std::thread populator([&] {
+    // Once the create waits (a read by name before the create, one by id once registered): the
+    // volume is done, and the populator says so.
+    while (bus_.RequestCount(bus::subjects::kVolumeGet) < 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    v1::VolumeStatus done;
+    done.set_volume_id("vol-1");
+    done.mutable_spec()->set_name("pvc-ev");
+    done.mutable_spec()->set_node("node-a");
+    done.mutable_spec()->set_capacity_bytes(1 << 20);
+    done.set_phase(v1::SUCCEEDED);
+    populator_.Put(done);
+    v1::VolumeEvent progress;  // not terminal: does not wake the wait
+    progress.set_volume_id("vol-1");
+    progress.set_phase(v1::IMPORT_IN_PROGRESS);
+    ASSERT_TRUE(bus_.Publish(bus::subjects::VolumeEvents("vol-1"), progress.SerializeAsString()).ok());
+    v1::VolumeEvent event;
+    event.set_volume_id("vol-1");
+    event.set_phase(v1::SUCCEEDED);
+    ASSERT_TRUE(bus_.Publish(bus::subjects::VolumeEvents("vol-1"), event.SerializeAsString()).ok());
+  });
+  auto resp = controller.Create(Create("pvc-ev", 1 << 20), std::chrono::seconds(60));
+  populator.join();
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->volume().volume_id(), "vol-1");
 }
 
 // Tests idempotency by name, and AlreadyExists when the capacity does not fit.
