@@ -132,7 +132,10 @@ PvcPlan PlanPvc(const PvcView& view, const PlanOptions& options) {
   // Bound, or going: the prime has done its work (or must not outlive the PVC).
   const bool deleting = k8s::Find(pvc, {"metadata", "deletionTimestamp"}) != nullptr;
   if (IsBound(pvc) || deleting) {
-    if (view.prime != nullptr) {
+    // A prime already going (its pvc-protection finalizer holds it a moment) is not deleted
+    // again: once is enough, and each watch event of it would otherwise send another DELETE.
+    if (view.prime != nullptr &&
+        k8s::Find(*view.prime, {"metadata", "deletionTimestamp"}) == nullptr) {
       PvcPlan plan = Plan(PvcStep::kDeletePrime);
       plan.name = k8s::GetString(*view.prime, {"metadata", "name"});
       return plan;

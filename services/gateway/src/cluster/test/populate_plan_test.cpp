@@ -148,7 +148,7 @@ TEST(PlanPvc, HandsThePrimesVolumeToTheClaim) {
   EXPECT_EQ(PlanPvc({&pvc, &sc, &prime, &pv}, {}).step, PvcStep::kWaitForBind);
 }
 
-TEST(PlanPvc, DeletesThePrimeOnceTheClaimIsBoundOrGoing) {
+TEST(PlanPvc, DeletesThePrimeOnceWhenTheClaimIsBoundOrGoing) {
   Json pvc = Pvc();
   Json sc = Class();
   Json prime = Prime("pvc-p-1");
@@ -162,6 +162,11 @@ TEST(PlanPvc, DeletesThePrimeOnceTheClaimIsBoundOrGoing) {
   Json going = Pvc();
   going["metadata"]["deletionTimestamp"] = "2026-12-06T07:00:00Z";
   EXPECT_EQ(PlanPvc({&going, &sc, &prime}, {}).step, PvcStep::kDeletePrime);
+
+  // A prime already deleted, held by its finalizer: not deleted again.
+  prime["metadata"]["deletionTimestamp"] = "2026-12-06T07:00:01Z";
+  EXPECT_EQ(PlanPvc({&pvc, &sc, &prime}, {}).step, PvcStep::kDone);
+  EXPECT_EQ(PlanPvc({&going, &sc, &prime}, {}).step, PvcStep::kDone);
 }
 
 // ---- DataVolumes ----------------------------------------------------------------------------
