@@ -159,7 +159,8 @@ class Bench {
   // Waits for DataVolume `name` to reach Succeeded by watching it from `created`, as `kubectl
   // wait` does. (Polling it with GETs every 10 ms, as this bench first did, made 60-80 requests a
   // second that cost the apiserver about a quarter of a core, taken from the import it timed.)
-  absl::Status WaitSucceeded(const std::string& name, const Json& created, Steady::time_point until) {
+  absl::Status WaitSucceeded(const std::string& name, const Json& created,
+                             Steady::time_point until) {
     Json dv = created;
     std::string rv = dv.value("/metadata/resourceVersion"_json_pointer, std::string());
     for (;;) {

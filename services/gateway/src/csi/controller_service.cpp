@@ -199,8 +199,9 @@ absl::StatusOr<v1::VolumeStatus> ControllerService::WaitReady(
       // (events are best effort), until the caller's deadline.
       if (now >= deadline) return not_ready();
       std::unique_lock lock(waiters_mu_);
-      const bool woken = waiter->cv.wait_until(lock, std::min(now + options_.poll_interval, deadline),
-                                               [&] { return waiter->done_events != seen; });
+      const bool woken =
+          waiter->cv.wait_until(lock, std::min(now + options_.poll_interval, deadline),
+                                [&] { return waiter->done_events != seen; });
       seen = waiter->done_events;
       if (!woken && std::chrono::steady_clock::now() >= deadline) return not_ready();
     } else {

@@ -132,7 +132,8 @@ TEST_F(ControllerServiceTest, VolumeDoneEventAnswersTheWaitingCreate) {
     v1::VolumeEvent progress;  // not terminal: does not wake the wait
     progress.set_volume_id("vol-1");
     progress.set_phase(v1::IMPORT_IN_PROGRESS);
-    ASSERT_TRUE(bus_.Publish(bus::subjects::VolumeEvents("vol-1"), progress.SerializeAsString()).ok());
+    ASSERT_TRUE(
+        bus_.Publish(bus::subjects::VolumeEvents("vol-1"), progress.SerializeAsString()).ok());
     v1::VolumeEvent event;
     event.set_volume_id("vol-1");
     event.set_phase(v1::SUCCEEDED);
