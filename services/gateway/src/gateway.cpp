@@ -172,6 +172,28 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
         }
         return absl::OkStatus();
       });
+  flags.Int("kube-api-qps", &s.kube_api_qps,
+            "Requests per second the gateway sends to the apiserver through its shared client "
+            "(the controllers, the watches, CreateVolume's reads of a source's certConfigMap), "
+            "as client-go's --kube-api-qps; requests beyond it wait their turn. A DataVolume "
+            "costs the controllers about 20 requests (its PVC and VolumeImportSource, the prime "
+            "PVC, status writes, events, the PV's hand-over): at 20 requests a second, four "
+            "blank DataVolumes at a time took 3.1 s each instead of 1.2 s. Raise it, with "
+            "--kube-api-burst, when many volumes populate at once. 0: no limit. (The live "
+            "ServiceAccount GETs of pod admission have a client of their own, with no limit.)",
+            [](const int64_t& v) {
+              return v >= 0 && v <= 100000
+                         ? absl::OkStatus()
+                         : absl::InvalidArgumentError("must be between 0 and 100000");
+            });
+  flags.Int("kube-api-burst", &s.kube_api_burst,
+            "Requests the shared client may send at once beyond --kube-api-qps after a quiet "
+            "spell, as client-go's --kube-api-burst.",
+            [](const int64_t& v) {
+              return v >= 1 && v <= 100000
+                         ? absl::OkStatus()
+                         : absl::InvalidArgumentError("must be between 1 and 100000");
+            });
   flags.String("volume-name-prefix", &s.volume_name_prefix,
                "external-provisioner's --volume-name-prefix: CreateVolume names the volume of a "
                "PVC <prefix>-<uid of the PVC>, which the DataVolume controller reads progress "
@@ -303,7 +325,10 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewaySettings& s
                           settings.in_cluster
                               ? kube::LoadInCluster()
                               : kube::LoadKubeconfig(settings.kubeconfig, settings.kube_context));
-    WISP_ASSIGN_OR_RETURN(gw->parts_->kube, kube::NewClient(*kube_config));
+    WISP_ASSIGN_OR_RETURN(
+        gw->parts_->kube,
+        kube::NewClient(*kube_config, {.qps = static_cast<double>(settings.kube_api_qps),
+                                       .burst = static_cast<int>(settings.kube_api_burst)}));
   }
   WISP_ASSIGN_OR_RETURN(auto failure_mode, admission::ParseFailureMode(settings.failure_mode));
   WISP_ASSIGN_OR_RETURN(auto sa_failure_mode,

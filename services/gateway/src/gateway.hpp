@@ -53,6 +53,10 @@ struct GatewaySettings {
   // The controllers run with that access (cluster/populate_controller.hpp): "" or a comma list of
   // populator, datavolumes.
   std::string controllers;
+  // Client-side limit of the shared Kubernetes client (the controllers, the watches, CreateVolume's
+  // reads), as client-go's --kube-api-qps / --kube-api-burst; qps 0: none.
+  int64_t kube_api_qps = 50;
+  int64_t kube_api_burst = 100;
   std::string volume_name_prefix = "pvc";  // external-provisioner's --volume-name-prefix
   // One leading replica runs the controllers (kube/leader_election.hpp); "" namespace = the
   // service account's namespace in cluster, else no election.
