@@ -50,7 +50,7 @@ schema={
   "gateway":O({
     "failureMode":S(enum=["closed","open"]),"serviceAccountFailureMode":S(enum=["open","closed"]),"httpsPort":port,"metricsPort":port,
     "service":O({"type":S(enum=["ClusterIP","NodePort","LoadBalancer"]),"port":port}),
-    "controller":O({"replicas":I(minimum=1),"controllers":A(S(enum=["populator","datavolumes"]),uniqueItems=True,description="run by the leading controller gateway (--controllers)"),"resources":res,"nodeSelector":free,"tolerations":tol,"podDisruptionBudget":pdb}),
+    "controller":O({"replicas":I(minimum=1),"controllers":A(S(enum=["populator","datavolumes"]),uniqueItems=True,description="run by the leading controller gateway (--controllers)"),"kubeApi":O({"qps":I(minimum=0,maximum=100000,description="--kube-api-qps: requests a second to the apiserver; 0 = no limit"),"burst":I(minimum=1,maximum=100000,description="--kube-api-burst")},["qps","burst"]),"resources":res,"nodeSelector":free,"tolerations":tol,"podDisruptionBudget":pdb}),
     "node":O({"volumeRoot":S(pattern="^/"),"kubeletDir":S(pattern="^/"),"priorityClassName":S(),"resources":res,"nodeSelector":free,"tolerations":tol,
       "natsUsers":O({"nodes":A(S(pattern="^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"))})}),
     "provisioner":O({"image":img,"timeout":dur,"resources":res}),
