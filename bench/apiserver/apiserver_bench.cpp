@@ -244,9 +244,41 @@ class FixedAnswerWebhook {
   std::atomic<int64_t> validate_calls_{0};
 };
 
-// The chart's pod webhooks (already pointed at the fixed server by WebhooksForLocalGateway),
-// without matchConditions, in configurations of their own: the same rules, failure policy,
-// timeout, namespace selector and review version as wisp's, called for every pod.
+// Whether a webhook's namespaceSelector selects the bench's namespace, whose only label is
+// kubernetes.io/metadata.name=<its name> (as the apiserver sets it).
+bool SelectsBenchNamespace(const YAML::Node& hook) {
+  const YAML::Node selector = hook["namespaceSelector"];
+  if (!selector || !selector.IsMap()) return true;
+  const std::map<std::string, std::string> labels = {{"kubernetes.io/metadata.name", kNamespace}};
+  if (const YAML::Node match = selector["matchLabels"]; match && match.IsMap()) {
+    for (const auto& kv : match) {
+      auto it = labels.find(kv.first.as<std::string>());
+      if (it == labels.end() || it->second != kv.second.as<std::string>()) return false;
+    }
+  }
+  if (const YAML::Node exprs = selector["matchExpressions"]; exprs && exprs.IsSequence()) {
+    for (const YAML::Node& e : exprs) {
+      auto it = labels.find(e["key"].as<std::string>());
+      const std::string op = e["operator"].as<std::string>();
+      bool in_values = false;
+      if (it != labels.end() && e["values"]) {
+        for (const YAML::Node& v : e["values"])
+          in_values = in_values || v.as<std::string>() == it->second;
+      }
+      if ((op == "In" && !in_values) || (op == "NotIn" && in_values) ||
+          (op == "Exists" && it == labels.end()) || (op == "DoesNotExist" && it != labels.end())) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// The chart's pod webhooks that a pod in the bench's namespace is sent to (already pointed at
+// the fixed server by WebhooksForLocalGateway), without matchConditions, in configurations of
+// their own: the same rules, failure policy, timeout, namespace selector and review version as
+// wisp's, called for every pod. (pods-by-serviceaccount.mutate.wisp.dev serves only namespaces
+// labelled wisp.dev/serviceaccount-identity=enabled, which the bench's is not.)
 absl::StatusOr<std::string> FixedAnswerConfigurations(const std::string& pointed) {
   YAML::Emitter out;
   int hooks = 0;
@@ -265,7 +297,7 @@ absl::StatusOr<std::string> FixedAnswerConfigurations(const std::string& pointed
           pods = pods || resource.as<std::string>() == "pods";
         }
       }
-      if (!pods) continue;
+      if (!pods || !SelectsBenchNamespace(hook)) continue;
       YAML::Node fixed = YAML::Clone(hook);
       fixed.remove("matchConditions");
       fixed["name"] = "fixed-answer." + hook["name"].as<std::string>();
