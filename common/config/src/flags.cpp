@@ -143,6 +143,14 @@ void Flags::String(std::string name, std::string* dest, std::string help,
               }});
 }
 
+Flags::Validator<int64_t> Flags::Between(int64_t lo, int64_t hi) {
+  return [lo, hi](const int64_t& n) {
+    return n >= lo && n <= hi ? absl::OkStatus()
+                              : absl::InvalidArgumentError("must be between " + std::to_string(lo) +
+                                                           " and " + std::to_string(hi));
+  };
+}
+
 void Flags::Int(std::string name, int64_t* dest, std::string help, Validator<int64_t> v) {
   std::string env = EnvNameFor(name);
   impl_->Add({std::move(name),

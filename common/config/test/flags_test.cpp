@@ -195,5 +195,20 @@ TEST(FlagsTest, Durations) {
   EXPECT_EQ(FormatDuration(std::chrono::milliseconds(1500)), "1500ms");
 }
 
+// Tests Between, the range check the services' Int flags share: both ends included, and the
+// message names the range.
+TEST(FlagsTest, BetweenIncludesBothEnds) {
+  const auto check = Flags::Between(1, 256);
+  EXPECT_TRUE(check(1).ok());
+  EXPECT_TRUE(check(256).ok());
+  EXPECT_EQ(check(0).message(), "must be between 1 and 256");
+  EXPECT_EQ(check(257).message(), "must be between 1 and 256");
+  Flags flags("prog", "test");
+  int64_t threads = 4;
+  flags.Int("threads", &threads, "threads", Flags::Between(1, 256));
+  const char* args[] = {"prog", "--threads", "300"};
+  EXPECT_EQ(flags.Parse(3, args).message(), "--threads: must be between 1 and 256");
+}
+
 }  // namespace
 }  // namespace wisp::config

@@ -98,10 +98,7 @@ void AddCommonFlags(config::Flags& flags, CommonSettings& s) {
                  "At start-up, how long to keep retrying while NATS or JetStream is not reachable "
                  "before giving up with exit 1.");
   flags.Int("serve-threads", &s.serve_threads, "Handler threads per served subject.",
-            [](int64_t n) {
-              return n >= 1 && n <= 256 ? absl::OkStatus()
-                                        : absl::InvalidArgumentError("must be between 1 and 256");
-            });
+            config::Flags::Between(1, 256));
   flags.Int(
       "jetstream-replicas", &s.jetstream_replicas,
       "Copies JetStream keeps of every bucket and stream this service creates "

@@ -62,10 +62,7 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
       "http-threads", &s.http_threads,
       "HTTPS I/O threads (each serves the connections handed to it; the admission webhooks run "
       "there), and as many worker threads for the blocking routes (OIDC discovery, JWKS, STS).",
-      [](int64_t n) {
-        return n >= 1 && n <= 256 ? absl::OkStatus()
-                                  : absl::InvalidArgumentError("must be between 1 and 256");
-      });
+      config::Flags::Between(1, 256));
   flags.String("node-name", &s.node_name,
                "This node's name: CSI node id, topology.wisp.dev/node, node-routed bus subjects. "
                "In a DaemonSet set it from spec.nodeName.");
@@ -103,10 +100,7 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
             });
   flags.Int("upload-max-concurrent", &s.upload_max_concurrent,
             "Uploads this gateway streams at once (each on its own thread); 503 beyond.",
-            [](int64_t n) {
-              return n >= 1 && n <= 256 ? absl::OkStatus()
-                                        : absl::InvalidArgumentError("must be between 1 and 256");
-            });
+            config::Flags::Between(1, 256));
   flags.Duration("upload-finish-timeout", &s.upload_finish_timeout,
                  "How long the answer to an upload waits, after the last byte, for the populator "
                  "to convert and verify the image.");
@@ -181,19 +175,11 @@ void AddGatewayFlags(config::Flags& flags, GatewaySettings& s) {
             "blank DataVolumes at a time took 3.1 s each instead of 1.2 s. Raise it, with "
             "--kube-api-burst, when many volumes populate at once. 0: no limit. (The live "
             "ServiceAccount GETs of pod admission have a client of their own, with no limit.)",
-            [](const int64_t& v) {
-              return v >= 0 && v <= 100000
-                         ? absl::OkStatus()
-                         : absl::InvalidArgumentError("must be between 0 and 100000");
-            });
+            config::Flags::Between(0, 100000));
   flags.Int("kube-api-burst", &s.kube_api_burst,
             "Requests the shared client may send at once beyond --kube-api-qps after a quiet "
             "spell, as client-go's --kube-api-burst.",
-            [](const int64_t& v) {
-              return v >= 1 && v <= 100000
-                         ? absl::OkStatus()
-                         : absl::InvalidArgumentError("must be between 1 and 100000");
-            });
+            config::Flags::Between(1, 100000));
   flags.String("volume-name-prefix", &s.volume_name_prefix,
                "external-provisioner's --volume-name-prefix: CreateVolume names the volume of a "
                "PVC <prefix>-<uid of the PVC>, which the DataVolume controller reads progress "

@@ -19,10 +19,7 @@ void AddPolicyFlags(config::Flags& flags, PolicySettings& s) {
             "record) holds up the reviews behind it on its connection. Each is a NATS connection "
             "of its own (count them in connection limits). 0: serve them on the shared "
             "connection with --serve-threads threads.",
-            [](int64_t n) {
-              return n >= 0 && n <= 64 ? absl::OkStatus()
-                                       : absl::InvalidArgumentError("must be between 0 and 64");
-            });
+            config::Flags::Between(0, 64));
 }
 
 absl::StatusOr<Policy> LoadPolicySettings(const PolicySettings& s) {

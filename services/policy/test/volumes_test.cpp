@@ -666,9 +666,6 @@ TEST(PvcSourcesTest, NamesCdiVolumeImportSource) {
   EXPECT_EQ(r.source().http().url(), "https://mirror.example/cirros.qcow2.xz");
 }
 
-// Tests that the http source fields wisp does not apply (credentials from Secrets, skipping TLS
-// verification) are refused, naming the field, by all three kinds that carry CDI's http source:
-// none of them is accepted and then ignored by the import.
 // The verdicts of the three kinds that carry CDI's http source (a DataVolume, wisp's and CDI's
 // VolumeImportSource), each with `edit` applied to its spec.source.http.
 std::vector<Verdict> VerdictsWithHttp(const std::function<void(Json&)>& edit) {
@@ -686,6 +683,9 @@ std::vector<Verdict> VerdictsWithHttp(const std::function<void(Json&)>& edit) {
   return out;
 }
 
+// Tests that the http source fields wisp does not apply (credentials from Secrets, skipping TLS
+// verification) are refused, naming the field, by all three kinds that carry CDI's http source:
+// none of them is accepted and then ignored by the import.
 TEST(HttpSourceFieldsTest, UnappliedFieldsAreRefusedByEveryKind) {
   const std::string secret_ref =
       "spec.source.http.secretRef: Unsupported value: \"mirror-auth\": wisp-populator does not "

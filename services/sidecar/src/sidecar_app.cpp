@@ -55,10 +55,7 @@ void AddSidecarFlags(config::Flags& flags, SidecarSettings& s) {
             "lifetime, and spread each retry delay over the upper half of its backoff, so "
             "sidecars started together do not come back to the STS together. 0 = at exactly 80% "
             "and fixed delays (bench/token's baseline).",
-            [](int64_t v) {
-              return v >= 0 && v <= 50 ? absl::OkStatus()
-                                       : absl::InvalidArgumentError("must be between 0 and 50");
-            });
+            config::Flags::Between(0, 50));
   flags.Bool("single-flight", &s.single_flight,
              "Concurrent requests that find no fresh token wait for one exchange. "
              "--no-single-flight (each such request exchanges on its own) exists for "

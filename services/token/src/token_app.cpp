@@ -44,11 +44,7 @@ void AddTokenFlags(config::Flags& flags, TokenSettings& s) {
       "this percent of it (never below 600 s; never longer than the policy allows), so tokens "
       "issued together are not all refreshed together. IRSA projects its default 86400 s as "
       "79200-86400 s, a spread of 8.3%. 0 = exact lifetimes.",
-      [](int64_t v) {
-        return v >= 0 && v <= kMaxLifetimeJitterPercent
-                   ? absl::OkStatus()
-                   : absl::InvalidArgumentError("must be between 0 and 50");
-      });
+      config::Flags::Between(0, kMaxLifetimeJitterPercent));
   flags.Duration("review-leeway", &s.leeway,
                  "Clock skew allowed when checking exp and nbf (reviews, exchanges, pod proofs).");
 }

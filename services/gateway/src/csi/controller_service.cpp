@@ -4,6 +4,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "csi/grpc_call.hpp"
 #include "csi/plugin.hpp"
 #include "wisp/bus/proto.hpp"
@@ -162,14 +163,9 @@ absl::StatusOr<v1::VolumeStatus> ControllerService::WaitReady(
   const std::string id = volume.volume_id();
   std::shared_ptr<Waiter> waiter;
   if (volume.phase() != v1::SUCCEEDED && volume.phase() != v1::FAILED) waiter = Register(id);
-  struct Unregistering {
-    ControllerService* self;
-    const std::string& id;
-    bool registered;
-    ~Unregistering() {
-      if (registered) self->Unregister(id);
-    }
-  } unregistering{this, id, waiter != nullptr};
+  absl::Cleanup unregister = [&] {
+    if (waiter) Unregister(id);
+  };
   auto read = [&]() -> absl::Status {
     v1::GetVolumeRequest get;
     get.set_volume_id(id);

@@ -49,6 +49,8 @@ class Flags {
 
   template <typename T>
   using Validator = std::function<absl::Status(const T&)>;
+  // An Int validator: lo <= n <= hi, else "must be between <lo> and <hi>".
+  static Validator<int64_t> Between(int64_t lo, int64_t hi);
 
   void String(std::string name, std::string* dest, std::string help, Validator<std::string> v = {});
   void Int(std::string name, int64_t* dest, std::string help, Validator<int64_t> v = {});
