@@ -667,12 +667,31 @@ std::optional<int64_t> CommonId(const PodFacts& pod, const std::vector<const Tar
 
 }  // namespace
 
+namespace {
+
+// Whether rule g has anything to do for the pod: a preset named, IRSA's or azure's own markers
+// (when the policy follows them), or wisp.dev/tokens, on the pod or its ServiceAccount, as
+// ChoosePreset and PlanTokens read them. None of it is in what the token-sidecar rule's patch
+// changes (containers and volumes), so the pod as submitted answers.
+bool AsksForIdentity(const AdmissionInput& in, const Policy& policy) {
+  const Settings settings(*in.pod, in.call, "");
+  if (settings.Get(kPresetAnnotation) || settings.Get(kTokensAnnotation)) return true;
+  if (!policy.presets.upstream_annotations) return false;
+  if (settings.Get(kAwsRoleArn)) return true;
+  const std::string* use = in.pod->Label(kAzureUseLabel);
+  return use != nullptr && *use == "true";
+}
+
+}  // namespace
+
 bool IdentityPresetsNeedObject(const AdmissionInput& in, const Policy& policy) {
   // Only when the token-sidecar rule may have patched the pod before this rule: its patch and
   // this one both add env and volumeMounts to the same containers, so this rule reads the pod as
-  // that patch left it.
+  // that patch left it. A sidecar pod that asks this rule for nothing needs no tree: parsing the
+  // pod, applying the sidecar's patch and reading it again took two thirds of wisp-policy's time
+  // for such a pod (bench/admission/policy_eval_bench, PolicyWholeRequest).
   return policy.rules.identity_presets && policy.rules.token_sidecar && in.pod &&
-         in.pod->Annotation(kSidecarAnnotation) != nullptr;
+         in.pod->Annotation(kSidecarAnnotation) != nullptr && AsksForIdentity(in, policy);
 }
 
 Verdict EvaluateIdentityPresets(const AdmissionInput& in, const Policy& policy) {
@@ -682,6 +701,7 @@ Verdict EvaluateIdentityPresets(const AdmissionInput& in, const Policy& policy) 
   }
   // virt-launcher pods are rule c's: the guest, not the launcher, is the workload.
   if (internal::IsVirtLauncherPod(in)) return Outcome(kRule, kOutcomeSkipped);
+  if (!AsksForIdentity(in, policy)) return Outcome(kRule, kOutcomeSkipped);
   const PodFacts* pod = &*in.pod;
   std::optional<PodFacts> patched;
   if (IdentityPresetsNeedObject(in, policy) && !in.object_deferred && in.object.is_object()) {

@@ -365,6 +365,41 @@ TEST(IdentityPresetsTest, ChainsWithTheTokenSidecar) {
   EXPECT_EQ(v.rule_outcomes[std::string(kRuleIdentityPresets)], "mutated");
 }
 
+// Tests that rule g asks for the pod as the sidecar's patch left it only when it has something to
+// do there: a sidecar pod that asks for no identity is answered from the pod's facts, with no tree
+// to parse and patch; any way of asking (pod, ServiceAccount, azure's label) still gets it.
+TEST(IdentityPresetsTest, ReadsThePatchedPodOnlyWhenThePodAsks) {
+  const Json sidecar = {{"wisp.dev/token-sidecar", "true"}};
+  EXPECT_FALSE(IdentityPresetsNeedObject(In(PodJson(sidecar)), Policy()));
+  Json both = sidecar;
+  both["wisp.dev/identity-preset"] = "generic";
+  EXPECT_TRUE(IdentityPresetsNeedObject(In(PodJson(both)), Policy()));
+  EXPECT_TRUE(IdentityPresetsNeedObject(
+      In(PodJson(sidecar), {{"wisp.dev/tokens", R"([{"audience":"vault"}])"}}), Policy()));
+  EXPECT_TRUE(IdentityPresetsNeedObject(
+      In(PodJson(sidecar), {{"eks.amazonaws.com/role-arn", kArn}}), Policy()));
+  Policy upstream_off;
+  upstream_off.presets.upstream_annotations = false;
+  EXPECT_FALSE(IdentityPresetsNeedObject(
+      In(PodJson(sidecar), {{"eks.amazonaws.com/role-arn", kArn}}), upstream_off));
+  Json azure = PodJson(sidecar);
+  azure["metadata"]["labels"] = {{"azure.workload.identity/use", "false"}};
+  EXPECT_FALSE(IdentityPresetsNeedObject(In(azure), Policy()));
+  azure["metadata"]["labels"]["azure.workload.identity/use"] = "true";
+  EXPECT_TRUE(IdentityPresetsNeedObject(In(azure), Policy()));
+  // Without the sidecar there is no earlier patch to read through.
+  EXPECT_FALSE(
+      IdentityPresetsNeedObject(In(PodJson({{"wisp.dev/identity-preset", "generic"}})), Policy()));
+
+  // The mutate path's answer for a sidecar pod that asks for no identity is the sidecar's alone.
+  AdmissionInput in = In(PodJson(sidecar, {"app"}, {{"hostNetwork", true}}));
+  Verdict v = EvaluateMutate(in, Policy(), testing::NoRecords());
+  ASSERT_TRUE(v.allowed) << v.message;
+  EXPECT_EQ(v.rule_outcomes[std::string(kRuleIdentityPresets)], "skipped");
+  EXPECT_EQ(v.rule_outcomes[std::string(kRuleTokenSidecar)], "mutated");
+  EXPECT_EQ(v.patch, EvaluateTokenSidecar(in, Policy()).patch);
+}
+
 // Tests the policy file's identityPresets keys and their refusals.
 TEST(IdentityPresetsTest, PolicyKeys) {
   auto p = ParsePolicyYaml(R"(
