@@ -1,8 +1,16 @@
 #include "job_runner.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
+
+#include "absl/cleanup/cleanup.h"
 
 #include "checksum.hpp"
 #include "progress.hpp"
@@ -188,6 +196,36 @@ void JobRunner::Process(bus::JsMessage& msg) {
     // left here is of no use any more.
     if (phase == v1::FAILED && current->first.node_lost()) Importer::Cleanup(dir);
     (void)msg.Ack();
+    return;
+  }
+  // One import of a volume at a time on this node, whichever worker or populator process holds
+  // its job. JetStream hands a job out again when its heartbeats stop arriving, and they can be
+  // lost while the first delivery still runs (NATS failing over); two imports writing one
+  // disk.img.part make a disk that matches neither (seen in FaultsWispTest: SUCCEEDED, the
+  // source's sha256 recorded, disk.img different). An flock on the volume's directory (nothing
+  // for a pod to see through the bind mount; the kernel drops it when its holder dies): the
+  // delivery that finds it taken hands the job back, and the holder's ack ends it.
+  std::error_code mkdir_error;
+  std::filesystem::create_directories(dir, mkdir_error);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    SPDLOG_LOGGER_WARN(log, "opening {}: {}", dir, std::strerror(errno));
+    (void)msg.Nak(config_.backoff_base);
+    return;
+  }
+  absl::Cleanup close_dir = [dir_fd] { ::close(dir_fd); };
+  if (::flock(dir_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err == EWOULDBLOCK) {
+      SPDLOG_LOGGER_INFO(log,
+                         "volume {} is being populated by another worker on this node; its job "
+                         "comes back in {} s",
+                         id, config_.ack_wait.count());
+      (void)msg.Nak(config_.ack_wait);
+    } else {
+      SPDLOG_LOGGER_WARN(log, "locking {}: {}", dir, std::strerror(err));
+      (void)msg.Nak(config_.backoff_base);
+    }
     return;
   }
   const auto attempt = msg.delivery_count();

@@ -1,6 +1,8 @@
 #include "volume_service.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -417,6 +419,37 @@ TEST_F(VolumeServiceTest, RedeliversAfterCrash) {
   clock_.Advance(31s);
   ASSERT_TRUE(RunJob());
   EXPECT_EQ(Get(created->volume_id()).phase(), v1::SUCCEEDED);
+}
+
+// Tests that a job delivered again while an import of its volume runs on this node (its lock held
+// by another worker or populator process) starts no second import in the same directory: it is
+// handed back untouched and runs once the holder is gone.
+TEST_F(VolumeServiceTest, SecondDeliveryWaitsForTheImportThatHoldsTheVolume) {
+  auto created = Create(Spec("pvc-twice", {{kParamSourceUrl, server_.Url("/disk.raw")}}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string dir = root_ + "/vols/" + created->volume_id();
+  ASSERT_TRUE(std::filesystem::create_directories(dir));
+  const int held = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);  // the import already under way
+
+  ASSERT_TRUE(RunJob());
+  auto status = Get(created->volume_id());
+  EXPECT_EQ(status.phase(), v1::IMPORT_SCHEDULED) << status.message();
+  EXPECT_EQ(status.attempts(), 0);
+  EXPECT_FALSE(std::filesystem::exists(Disk(created->volume_id())));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/disk.img.part"));
+  EXPECT_EQ(bus_.StreamSize(bus::streams::kPopulateJobs), 1u);  // handed back, not acked
+  clock_.Advance(10s);
+  EXPECT_FALSE(RunJob());  // not before the holder's heartbeats would have lapsed
+
+  ::close(held);  // the holder is gone (the kernel drops its lock when it dies)
+  clock_.Advance(21s);
+  ASSERT_TRUE(RunJob());
+  status = Get(created->volume_id());
+  EXPECT_EQ(status.phase(), v1::SUCCEEDED) << status.message();
+  EXPECT_TRUE(ReadFileOrDie(Disk(created->volume_id())).substr(0, 8 << 20) ==
+              ReadFileOrDie(images_ + "/disk.raw"));
 }
 
 // Tests get by name, list paging, and that header values never come back out.
