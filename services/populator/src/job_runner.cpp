@@ -1,19 +1,12 @@
 #include "job_runner.hpp"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <condition_variable>
-#include <cstring>
 #include <filesystem>
 #include <mutex>
 
-#include "absl/cleanup/cleanup.h"
-
 #include "checksum.hpp"
 #include "progress.hpp"
+#include "volume_lock.hpp"
 #include "volume_service.hpp"
 #include "wisp/bus/subjects.hpp"
 #include "wisp/log/log.hpp"
@@ -202,28 +195,18 @@ void JobRunner::Process(bus::JsMessage& msg) {
   // its job. JetStream hands a job out again when its heartbeats stop arriving, and they can be
   // lost while the first delivery still runs (NATS failing over); two imports writing one
   // disk.img.part make a disk that matches neither (seen in FaultsWispTest: SUCCEEDED, the
-  // source's sha256 recorded, disk.img different). An flock on the volume's directory (nothing
-  // for a pod to see through the bind mount; the kernel drops it when its holder dies): the
-  // delivery that finds it taken hands the job back, and the holder's ack ends it.
-  std::error_code mkdir_error;
-  std::filesystem::create_directories(dir, mkdir_error);
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) {
-    SPDLOG_LOGGER_WARN(log, "opening {}: {}", dir, std::strerror(errno));
-    (void)msg.Nak(config_.backoff_base);
-    return;
-  }
-  absl::Cleanup close_dir = [dir_fd] { ::close(dir_fd); };
-  if (::flock(dir_fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    if (err == EWOULDBLOCK) {
+  // source's sha256 recorded, disk.img different). The delivery that finds the volume locked
+  // hands the job back, and the holder's ack ends it.
+  auto volume_lock = VolumeLock::TryAcquire(dir);
+  if (!volume_lock.ok()) {
+    if (absl::IsFailedPrecondition(volume_lock.status())) {
       SPDLOG_LOGGER_INFO(log,
                          "volume {} is being populated by another worker on this node; its job "
                          "comes back in {} s",
                          id, config_.ack_wait.count());
       (void)msg.Nak(config_.ack_wait);
     } else {
-      SPDLOG_LOGGER_WARN(log, "locking {}: {}", dir, std::strerror(err));
+      SPDLOG_LOGGER_WARN(log, "{}", std::string(volume_lock.status().message()));
       (void)msg.Nak(config_.backoff_base);
     }
     return;

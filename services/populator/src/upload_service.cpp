@@ -9,6 +9,7 @@
 
 #include "checksum.hpp"
 #include "progress.hpp"
+#include "volume_lock.hpp"
 #include "volume_service.hpp"
 #include "wisp/bus/proto.hpp"
 #include "wisp/bus/subjects.hpp"
@@ -108,6 +109,8 @@ struct UploadService::Session {
   std::string volume_id;
   ChunkQueue queue;
   std::thread thread;
+  // Held from the open until RunImport ends; touched only before the thread starts and by it.
+  std::optional<VolumeLock> volume_lock;
   // Guarded by UploadService::mu_.
   int64_t next_seq = 0;
   uint64_t received = 0;
@@ -190,6 +193,30 @@ bus::Reply UploadService::HandleOpen(const bus::Request& request) {
     std::lock_guard lock(mu_);
     if (stopping_) return bus::Reply::Error(absl::UnavailableError("the populator is stopping"));
   }
+  // One writer of a volume at a time (volume_lock.hpp): an upload still running, here or in
+  // another populator on this node, keeps the volume even when its record looks stale; taking it
+  // over would let the old session's end remove the new one's bytes.
+  auto exists = store_.Get(id);
+  if (!exists.ok()) {
+    if (absl::IsNotFound(exists.status())) {
+      return bus::Reply::Error(absl::NotFoundError("volume " + id + " not found"));
+    }
+    return bus::Reply::Error(exists.status());
+  }
+  // What is no upload target here is refused below, naming why, without touching its directory.
+  const v1::VolumeSpec& found = exists->first.spec();
+  std::optional<VolumeLock> volume_lock;
+  if (found.source().has_upload() && found.node() == config_.node_name) {
+    auto taken_lock = VolumeLock::TryAcquire(config_.volume_root + "/" + id);
+    if (!taken_lock.ok()) {
+      if (absl::IsFailedPrecondition(taken_lock.status())) {
+        return bus::Reply::Error(absl::FailedPreconditionError(
+            "an upload to volume " + found.name() + " is already in progress on this node"));
+      }
+      return bus::Reply::Error(taken_lock.status());
+    }
+    volume_lock.emplace(*std::move(taken_lock));
+  }
   const int64_t now = clock_.NowUnixSeconds();
   const int64_t stale =
       std::chrono::duration_cast<std::chrono::seconds>(config_.stale_after).count();
@@ -246,6 +273,7 @@ bus::Reply UploadService::HandleOpen(const bus::Request& request) {
   if (!refused.ok()) return bus::Reply::Error(refused);
 
   auto session = std::make_shared<Session>(config_.queue_chunks);
+  session->volume_lock = std::move(volume_lock);
   session->id = RandomHex(12);
   session->volume_id = id;
   session->last_chunk = clock_.Steady();
@@ -356,6 +384,7 @@ void UploadService::RunImport(Session& session, const v1::VolumeStatus& volume, 
     outcome = error;
   }
   session.queue.CloseReader(outcome.status());
+  session.volume_lock.reset();  // done writing: the next upload or job may have the volume
   {
     std::lock_guard lock(session.mu);
     session.finished = true;

@@ -1,6 +1,8 @@
 #include "upload_service.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -187,6 +189,39 @@ TEST_F(UploadServiceTest, RefusesWhatIsNoUploadTarget) {
   fake.set_session_id("nope");
   fake.set_chunk_subject(subjects::UploadChunks("node-a", "test"));
   EXPECT_EQ(Chunk(fake, 0, "x", false).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Tests that a volume another writer on this node holds (an upload or import in another populator
+// process sharing the volume root) is not opened for a second upload until that writer is gone,
+// and that a session keeps the volume until its import ends.
+TEST_F(UploadServiceTest, OneWriterOfAVolumeAtATime) {
+  auto v = Create("up-held");
+  const std::string dir = root_ + "/vols/" + v.volume_id();
+  std::filesystem::create_directories(dir);
+  const int held = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);
+  auto refused = Open(v.volume_id(), 1 << 20);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("already in progress on this node"), std::string::npos)
+      << refused.status();
+  EXPECT_EQ(Get(v.volume_id()).phase(), v1::UPLOAD_READY);  // the record is left alone
+  ::close(held);
+
+  auto open = Open(v.volume_id(), 1 << 20);
+  ASSERT_TRUE(open.ok()) << open.status();
+  const int probe = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(probe, 0);
+  EXPECT_NE(::flock(probe, LOCK_EX | LOCK_NB), 0) << "the session holds the volume";
+  // The last chunk, short of the size announced: the import fails, and the session ends.
+  EXPECT_FALSE(Chunk(*open, 0, std::string(1000, 'x'), true).ok());
+  bool released = false;
+  for (int i = 0; i < 200 && !released; ++i) {
+    released = ::flock(probe, LOCK_EX | LOCK_NB) == 0;
+    if (!released) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(released) << "the session's end drops the volume";
+  ::close(probe);
 }
 
 // Tests that an upload that stops sending is discarded after the idle timeout.
