@@ -83,6 +83,23 @@ void PolicyWholeRequest(benchmark::State& state) {
 }
 BENCHMARK(PolicyWholeRequest);
 
+// The same on the validate path: the review wisp's validating webhook sends for the same pod
+// (rule f reads the pod's facts: its projected token audiences and csi.wisp.dev volumes).
+void PolicyWholeValidate(benchmark::State& state) {
+  const std::string wire = Call().SerializeAsString();
+  const wisp::policy::RecordLookup lookup = NoRecord;
+  std::string reply;
+  for (auto _ : state) {
+    wisp::v1::AdmissionCall call;
+    call.ParseFromString(wire);
+    auto in = wisp::policy::AdmissionInput::FromCall(std::move(call), 0, PodTree::kDefer);
+    auto v = wisp::policy::EvaluateValidate(*in, g_policy, lookup);
+    wisp::policy::ToProto(v).SerializeToString(&reply);
+    benchmark::DoNotOptimize(reply);
+  }
+}
+BENCHMARK(PolicyWholeValidate);
+
 }  // namespace
 
 int main(int argc, char** argv) {
