@@ -62,6 +62,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_join.h"
 #include "wisp/http/server.hpp"
 #include "wisp/integration/harness.hpp"
 #include "wisp/integration/kube.hpp"
@@ -324,14 +325,20 @@ absl::StatusOr<std::string> FixedAnswerConfigurations(const std::string& pointed
   return std::string(out.c_str());
 }
 
-// --ask-label's what-if: wisp's webhook configurations (as WebhooksForLocalGateway points them)
-// with an objectSelector `key Exists` on the chart's pod webhooks that `which` names
-// (pods.mutate.wisp.dev, pods.validate.wisp.dev or both); their matchConditions stay.
-absl::StatusOr<std::string> WithAskLabel(const std::string& hooks, const std::string& key,
-                                         const std::string& which) {
+// The chart's pod webhooks that --label-webhooks `which` names: both, mutating or validating.
+std::vector<std::string> LabelWebhooks(const std::string& which) {
   std::vector<std::string> names;
   if (which != "validating") names.push_back("pods.mutate.wisp.dev");
   if (which != "mutating") names.push_back("pods.validate.wisp.dev");
+  return names;
+}
+
+// --ask-label's what-if: wisp's webhook configurations (as WebhooksForLocalGateway points them)
+// with an objectSelector `key Exists` on the pod webhooks that `which` names; their
+// matchConditions stay.
+absl::StatusOr<std::string> WithAskLabel(const std::string& hooks, const std::string& key,
+                                         const std::string& which) {
+  const std::vector<std::string> names = LabelWebhooks(which);
   YAML::Emitter out;
   size_t found = 0;
   for (YAML::Node doc : YAML::LoadAll(hooks)) {
@@ -886,10 +893,7 @@ int main(int argc, char** argv) {
     std::printf(
         "what-if (--ask-label), not the chart as it is: the pod asking for wisp is labelled "
         "%s=true, and %s select pods by it (objectSelector %s Exists)\n",
-        o.ask_label.c_str(),
-        o.label_webhooks == "both"       ? "pods.mutate.wisp.dev and pods.validate.wisp.dev"
-        : o.label_webhooks == "mutating" ? "pods.mutate.wisp.dev"
-                                         : "pods.validate.wisp.dev",
+        o.ask_label.c_str(), absl::StrJoin(LabelWebhooks(o.label_webhooks), " and ").c_str(),
         o.ask_label.c_str());
   }
   std::printf("%-10s %-31s %5s %7s %7s %7s %8s %8s %8s %9s %7s %5s %5s %5s %5s %6s\n", "mode",
